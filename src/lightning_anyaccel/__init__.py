@@ -1,0 +1,63 @@
+"""lightning-anyaccel: train with PyTorch Lightning on every accelerator PyTorch knows.
+
+Importing the package registers, for the Trainer:
+
+- accelerators ``"any"`` (the device ``torch.accelerator`` reports, else CPU) and one name per
+  device type Lightning has no accelerator for (``"xpu"``, ``"hpu"``, ``"npu"``, ``"sdaa"``,
+  ``"mlu"``, ``"musa"``); ``"cpu"``, ``"cuda"`` and ``"mps"`` stay Lightning's;
+- strategies ``"any_single"``, ``"any_ddp"``, ``"any_ddp_spawn"``, ``"any_ddp_fork"`` and
+  ``"any_ddp_notebook"``.
+
+Example:
+    >>> from lightning import Trainer
+    >>> import lightning_anyaccel
+    >>> trainer = Trainer(accelerator="any", strategy="any_single", devices=1, logger=False)
+"""
+
+from lightning_anyaccel._compat import check_torch
+
+check_torch()
+
+from lightning.pytorch.accelerators import AcceleratorRegistry  # noqa: E402
+from lightning.pytorch.strategies import StrategyRegistry  # noqa: E402
+
+from lightning_anyaccel.accelerator import AnyAccelerator, DeviceCountError, accelerator_class  # noqa: E402
+from lightning_anyaccel.checkpoint import portable_map_location  # noqa: E402
+from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, get_spec, register_device  # noqa: E402
+from lightning_anyaccel.distributed import BackendError, ForkAfterInitError, resolve_backend  # noqa: E402
+from lightning_anyaccel.precision import PrecisionNotSupportedError  # noqa: E402
+from lightning_anyaccel.runtime import DeviceNotAvailableError, detect_device_type  # noqa: E402
+from lightning_anyaccel.strategies import AnyDDPStrategy, AnySingleDeviceStrategy  # noqa: E402
+
+__version__ = "0.1.0"
+
+
+def register() -> None:
+    """Register the package's accelerator and strategy names with Lightning (done at import)."""
+    AnyAccelerator.register_accelerators(AcceleratorRegistry)
+    AnySingleDeviceStrategy.register_strategies(StrategyRegistry)
+    AnyDDPStrategy.register_strategies(StrategyRegistry)
+
+
+register()
+
+__all__ = [
+    "DEVICE_TABLE",
+    "AnyAccelerator",
+    "AnyDDPStrategy",
+    "AnySingleDeviceStrategy",
+    "BackendError",
+    "DeviceCountError",
+    "DeviceNotAvailableError",
+    "DeviceSpec",
+    "ForkAfterInitError",
+    "PrecisionNotSupportedError",
+    "__version__",
+    "accelerator_class",
+    "detect_device_type",
+    "get_spec",
+    "portable_map_location",
+    "register",
+    "register_device",
+    "resolve_backend",
+]

@@ -1,0 +1,102 @@
+"""Collective backend choice and fork safety, for every device type.
+
+Lightning takes the backend from ``torch.distributed.Backend.default_device_backend_map`` and
+falls back to ``gloo``: HPU then gets ``fake`` (a testing backend registered by torch's FSDP
+imports), and PrivateUse1 devices whose vendor did not register a mapping get ``gloo``, which
+cannot move their tensors. :func:`resolve_backend` never does either.
+
+Example:
+    >>> import torch
+    >>> resolve_backend(torch.device("cpu"))
+    'gloo'
+    >>> resolve_backend(torch.device("cpu"), explicit="gloo")
+    'gloo'
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+import torch.distributed as dist
+
+from lightning_anyaccel import runtime
+from lightning_anyaccel.devices import get_spec
+
+#: Backends that never carry real collectives.
+_NOT_REAL_BACKENDS = frozenset({"fake", "undefined"})
+
+
+class BackendError(RuntimeError):
+    """No usable collective backend for the device."""
+
+
+def resolve_backend(device: torch.device, explicit: str | None = None) -> str:
+    """The ``torch.distributed`` backend for collectives on ``device``.
+
+    Order: an explicit ``process_group_backend=`` wins; then the backend the device's vendor
+    registered for this device type (``Backend.register_backend(..., devices=[...])``); then
+    the device table's backend. ``fake``/``undefined`` are never returned, and there is no
+    silent fallback to ``gloo``.
+
+    Raises:
+        BackendError: the backend is not registered in this process, naming how to get it.
+    """
+    spec = get_spec(device.type)
+    if explicit:
+        name = explicit.lower()
+    else:
+        mapped = dist.Backend.default_device_backend_map.get(device.type)
+        name = mapped if mapped and mapped not in _NOT_REAL_BACKENDS else spec.backend
+        if name is None:
+            raise BackendError(
+                f"{spec.name} has no collective backend, so it supports one device only."
+                " Use devices=1 with strategy='any_single'."
+            )
+    if name in _NOT_REAL_BACKENDS:
+        raise BackendError(
+            f"process_group_backend={name!r} is a test stub that does no real communication."
+            f" Use {spec.backend!r} for {spec.name}."
+        )
+    for module in (spec.vendor_module, spec.backend_module):
+        if module:
+            _try_import(module)
+    if not dist.is_backend_available(name):
+        registers = spec.backend_module or spec.vendor_module
+        hint = f"install {spec.install}" + (f" and `import {registers}`" if registers else "")
+        raise BackendError(
+            f"The collective backend {name!r} for {spec.name} ({device.type!r}) is not registered in this"
+            f" PyTorch (registered: {', '.join(sorted(set(dist.Backend.backend_list) - _NOT_REAL_BACKENDS))})."
+            f" To fix: {hint}, or pass a registered one with `AnyDDPStrategy(process_group_backend=...)`."
+        )
+    return name
+
+
+def _try_import(module: str) -> None:
+    """Import a vendor module if it is installed; its absence is reported by the caller."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return
+
+
+class ForkAfterInitError(RuntimeError):
+    """Forking now would give the children a device they cannot use."""
+
+
+def check_fork_safe(device_type: str) -> None:
+    """Refuse to ``fork`` when this process already initialised ``device_type``.
+
+    Children of such a fork fail opaquely ("Cannot re-initialize XPU in forked subprocess");
+    this raises first, naming the start methods that work.
+
+    >>> check_fork_safe("cpu")
+    """
+    spec = get_spec(device_type)
+    if spec.fork_safe_after_init or not runtime.is_initialized(device_type):
+        return
+    raise ForkAfterInitError(
+        f"{spec.name} was already initialised in this process, so forked workers cannot use it."
+        " Use strategy='any_ddp' (popen: run your code as a script) or 'any_ddp_spawn',"
+        " or restart the kernel and do not touch the device before `fit` when using 'any_ddp_notebook'/'any_ddp_fork'."
+    )

@@ -1,0 +1,221 @@
+"""Small, device-generic wrappers around PyTorch's device APIs.
+
+Each function takes a device type (``"xpu"``, ``"hpu"``, ...) and answers through
+``torch.accelerator`` / ``torch.get_device_module`` plus what :mod:`lightning_anyaccel.devices`
+says about that type. Nothing here branches on a device name, and nothing initialises a
+device unless its docstring says so (counting devices must stay fork-safe).
+
+Example:
+    >>> detect_device_type() in DEVICE_TABLE
+    True
+    >>> device_count("cpu")
+    1
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from lightning_anyaccel.devices import DEVICE_TABLE, get_spec
+
+
+class DeviceNotAvailableError(RuntimeError):
+    """The requested device type is not usable in this process."""
+
+
+def _vendor_installed(module: str) -> bool:
+    top = module.split(".")[0]
+    return top in sys.modules or importlib.util.find_spec(top) is not None
+
+
+def import_vendor_module(device_type: str) -> bool:
+    """Import the vendor package that registers ``device_type`` with PyTorch, if it is installed.
+
+    Returns ``True`` when the package was importable (or none is needed).
+
+    >>> import_vendor_module("cpu")
+    True
+    """
+    module = get_spec(device_type).vendor_module
+    if module is None:
+        return True
+    if module in sys.modules:
+        return True
+    if not _vendor_installed(module):
+        return False
+    importlib.import_module(module)
+    return True
+
+
+def detect_device_type() -> str:
+    """The device type PyTorch reports as its current accelerator, else ``"cpu"``.
+
+    Vendor packages named in the device table that are installed but not yet imported are
+    imported first, so that e.g. Gaudi is found without ``import habana_frameworks.torch``.
+    Does not initialise the device.
+
+    >>> detect_device_type()  # on a machine without accelerators
+    'cpu'
+    """
+    accelerator = torch.accelerator.current_accelerator()
+    if accelerator is not None:
+        return accelerator.type
+    for spec in DEVICE_TABLE.values():
+        if spec.vendor_module and spec.vendor_module not in sys.modules and _vendor_installed(spec.vendor_module):
+            try:
+                import_vendor_module(spec.type)
+            except Exception:  # a broken vendor install must not break CPU users
+                continue
+            accelerator = torch.accelerator.current_accelerator()
+            if accelerator is not None:
+                return accelerator.type
+    return "cpu"
+
+
+def device_module(device_type: str) -> ModuleType:
+    """``torch.<device_type>`` (``torch.xpu``, ``torch.hpu``, ...), importing the vendor package first.
+
+    Raises:
+        DeviceNotAvailableError: PyTorch has no module for this device type, with the install hint.
+
+    >>> device_module("cpu").__name__
+    'torch.cpu'
+    """
+    spec = get_spec(device_type)
+    try:
+        import_vendor_module(device_type)
+        return torch.get_device_module(device_type)
+    except (RuntimeError, ImportError, AttributeError) as err:
+        vendor = f" and `import {spec.vendor_module}`" if spec.vendor_module else ""
+        raise DeviceNotAvailableError(
+            f"PyTorch in this environment does not know the device type {device_type!r} ({spec.name})."
+            f" Install {spec.install}{vendor}, or choose another device, e.g. `AnyAccelerator('cpu')`."
+        ) from err
+
+
+def is_available(device_type: str) -> bool:
+    """Whether at least one ``device_type`` device is usable here. Does not initialise the device.
+
+    >>> is_available("cpu")
+    True
+    """
+    if device_type == "cpu":
+        return True
+    try:
+        module = device_module(device_type)
+    except DeviceNotAvailableError:
+        return False
+    return bool(module.is_available())
+
+
+def device_count(device_type: str) -> int:
+    """How many ``device_type`` devices this process can see, without initialising them.
+
+    CPU counts as one device (Lightning starts one process per requested "CPU device").
+
+    >>> device_count("cpu")
+    1
+    """
+    if device_type == "cpu" or not is_available(device_type):
+        return 1 if device_type == "cpu" else 0
+    return int(device_module(device_type).device_count())
+
+
+def is_initialized(device_type: str) -> bool:
+    """Whether this process already initialised ``device_type`` (then ``fork`` is unsafe on most devices).
+
+    >>> is_initialized("cpu")
+    False
+    """
+    if device_type == "cpu":
+        return False
+    try:
+        module = device_module(device_type)
+    except DeviceNotAvailableError:
+        return False
+    for name in ("is_initialized", "_is_in_bad_fork"):
+        probe = getattr(module, name, None)
+        if callable(probe) and probe():
+            return True
+    return False
+
+
+def seed(device_type: str, value: int) -> bool:
+    """Seed every ``device_type`` generator with ``value`` through the device module.
+
+    Returns whether a seeding function was found. CPU is seeded by ``torch.manual_seed``.
+
+    >>> seed("cpu", 0)
+    False
+    """
+    spec = get_spec(device_type)
+    if not spec.seed_functions:
+        return False
+    module = device_module(device_type)
+    for name in spec.seed_functions:
+        fn = getattr(module, name, None)
+        if callable(fn):
+            fn(value)
+            return True
+    return False
+
+
+def global_seed() -> int | None:
+    """The seed set by :func:`lightning.seed_everything` in this process tree, if any."""
+    value = os.environ.get("PL_GLOBAL_SEED")
+    return int(value) if value is not None else None
+
+
+def memory_stats(device: torch.device) -> dict[str, Any]:
+    """Memory statistics of ``device`` for :class:`~lightning.pytorch.callbacks.DeviceStatsMonitor`.
+
+    The source follows the device table: ``torch.accelerator.memory_stats`` for the current
+    accelerator, the device module's ``memory_stats`` for vendor devices, MPS's own counters,
+    and host memory/CPU load for ``cpu``.
+    """
+    source = get_spec(device.type).memory_stats
+    if source == "cpu":
+        from lightning.pytorch.accelerators.cpu import get_cpu_stats
+
+        return dict(get_cpu_stats())
+    module = device_module(device.type)
+    if source == "mps":
+        return {
+            "allocated_bytes": module.current_allocated_memory(),
+            "driver_allocated_bytes": module.driver_allocated_memory(),
+        }
+    current = torch.accelerator.current_accelerator()
+    if source == "accelerator" and current is not None and current.type == device.type:
+        return dict(torch.accelerator.memory_stats(device.index))
+    return dict(module.memory_stats(device))
+
+
+def empty_cache(device_type: str) -> None:
+    """Release cached, unused memory of ``device_type`` back to the driver (no-op on CPU)."""
+    if device_type == "cpu" or not is_available(device_type):
+        return
+    current = torch.accelerator.current_accelerator()
+    if current is not None and current.type == device_type:
+        torch.accelerator.empty_cache()
+        return
+    fn = getattr(device_module(device_type), "empty_cache", None)
+    if callable(fn):
+        fn()
+
+
+def set_device_index(device: torch.device) -> None:
+    """Make ``device`` the current device of this process (no-op on CPU and for index-less devices)."""
+    if device.type == "cpu" or device.index is None:
+        return
+    current = torch.accelerator.current_accelerator()
+    if current is not None and current.type == device.type:
+        torch.accelerator.set_device_index(device.index)
+    else:
+        device_module(device.type).set_device(device.index)

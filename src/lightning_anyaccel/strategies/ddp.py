@@ -1,0 +1,110 @@
+"""``AnyDDPStrategy``: DistributedDataParallel on any device type.
+
+Lightning's ``DDPStrategy`` picks the backend from torch's default map (``fake`` for HPU, ``gloo``
+for unregistered PrivateUse1 devices), wraps DDP in a ``torch.cuda.Stream`` (which fails on
+non-CUDA builds), registers comm hooks only on CUDA, passes barrier ``device_ids`` only for
+NCCL and checks only CUDA before forking. This subclass fixes each through
+:mod:`lightning_anyaccel.strategies.common` and the device table.
+
+Registered names (after ``import lightning_anyaccel``): ``any_ddp`` (popen, scripts),
+``any_ddp_spawn``, ``any_ddp_fork`` and ``any_ddp_notebook`` (fork, for Jupyter).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch.overrides.distributed import _register_ddp_comm_hook
+from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+from lightning.fabric.strategies.registry import _StrategyRegistry
+from torch.nn import Module
+from typing_extensions import override
+
+from lightning_anyaccel.strategies.common import AnyDistributedMixin, ForkCheckedLaunchMixin
+
+#: Registered name -> start method.
+START_METHODS: dict[str, str] = {
+    "any_ddp": "popen",
+    "any_ddp_spawn": "spawn",
+    "any_ddp_fork": "fork",
+    "any_ddp_notebook": "fork",
+}
+
+
+class AnyMultiProcessingLauncher(ForkCheckedLaunchMixin, _MultiProcessingLauncher):
+    """Lightning's spawn/fork launcher, refusing a fork after the device was initialised."""
+
+
+class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
+    """DDP with the collective backend, streams and checks of the accelerator's device type.
+
+    Takes every argument of Lightning's ``DDPStrategy``; ``process_group_backend=None`` (default)
+    chooses the backend from the device table (xpu->xccl, cuda->nccl, hpu->hccl, cpu->gloo, vendor
+    devices->the backend their vendor registered). ``start_method`` is ``"popen"`` (default;
+    runs the script again per rank), ``"spawn"`` or ``"fork"`` (notebooks).
+    """
+
+    strategy_name = "any_ddp"
+
+    @override
+    def _configure_launcher(self) -> None:
+        if self._start_method == "popen":
+            super()._configure_launcher()
+        else:
+            self._launcher = AnyMultiProcessingLauncher(self, start_method=self._start_method)
+        if self.parallel_devices:
+            self._validate_device_setup()
+
+    @override
+    def setup_environment(self) -> None:
+        self._check_accelerator()
+        self._align_precision()
+        super().setup_environment()
+
+    @override
+    def _get_process_group_backend(self) -> str:
+        return self._resolve_backend()
+
+    @override
+    def setup_distributed(self) -> None:
+        super().setup_distributed()
+        self._destroy_at_exit()
+
+    @override
+    def _setup_model(self, model: Module) -> Any:
+        device_ids = self.determine_ddp_device_ids()
+        return self._wrap_ddp(model, device_ids, lambda: super(AnyDDPStrategy, self)._setup_model(model))
+
+    @override
+    def _register_ddp_hooks(self) -> None:
+        """Register DDP comm hooks on every device type (Lightning does it on CUDA only)."""
+        _register_ddp_comm_hook(
+            model=self.model,
+            ddp_comm_state=self._ddp_comm_state,
+            ddp_comm_hook=self._ddp_comm_hook,
+            ddp_comm_wrapper=self._ddp_comm_wrapper,
+        )
+
+    @override
+    def barrier(self, *args: Any, **kwargs: Any) -> None:
+        self._barrier()
+
+    @override
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        return self._load_portable(super().load_checkpoint, checkpoint_path, weights_only=weights_only)
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+        for name, start_method in START_METHODS.items():
+            strategy_registry.register(
+                name,
+                cls,
+                description=f"DDP on the accelerator's device type, start method {start_method!r}",
+                start_method=start_method,
+                override=True,
+            )
+
+
+__all__ = ["AnyDDPStrategy", "AnyMultiProcessingLauncher", "START_METHODS"]

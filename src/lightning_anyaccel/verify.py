@@ -1,0 +1,279 @@
+"""``python -m lightning_anyaccel.verify``: check that this environment can train, for any device.
+
+Prints what PyTorch sees (device type, count, names, memory, collective backend, autocast
+dtypes, versions), then runs four checks: a tiny single-device fit, a 2-process all-reduce on
+the device's backend, a bf16 autocast check and a checkpoint round trip. Exits 0 only if no
+check failed (a check that cannot run here, such as a 2-process collective on a machine with
+one accelerator, is reported as SKIP with the reason). The output is plain text, meant to be
+pasted into a bug report; ``--json`` prints the same as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import multiprocessing as mp
+import platform
+import socket
+import sys
+import tempfile
+import traceback
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from lightning_anyaccel import runtime
+from lightning_anyaccel.devices import get_spec
+
+#: Every wait in the collective check is bounded by this many seconds.
+COLLECTIVE_TIMEOUT_S = 120
+
+
+@dataclass
+class Check:
+    """One verification step: ``PASS``, ``FAIL`` or ``SKIP`` with a one-line detail."""
+
+    name: str
+    status: str
+    detail: str
+
+
+@dataclass
+class Report:
+    """Everything ``verify`` found; ``ok`` is ``True`` when no check failed."""
+
+    environment: dict[str, Any]
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.status != "FAIL" for check in self.checks)
+
+    def to_text(self) -> str:
+        width = max(len(key) for key in self.environment)
+        lines = ["lightning-anyaccel environment report", "=" * 38]
+        lines += [f"{key:<{width}} : {value}" for key, value in self.environment.items()]
+        lines += ["", "checks", "-" * 6]
+        lines += [f"[{check.status}] {check.name}: {check.detail}" for check in self.checks]
+        verdict = "VERIFICATION SUCCESSFUL" if self.ok else "VERIFICATION FAILED"
+        failed = [check.name for check in self.checks if check.status == "FAIL"]
+        lines += ["", verdict + (f" (failed: {', '.join(failed)})" if failed else "")]
+        return "\n".join(lines)
+
+
+def describe(device_type: str) -> dict[str, Any]:
+    """Facts about ``device_type`` and the software stack, for the report header."""
+    import lightning
+
+    import lightning_anyaccel
+    from lightning_anyaccel.distributed import BackendError, resolve_backend
+
+    spec = get_spec(device_type)
+    count = runtime.device_count(device_type)
+    names, memory = [], []
+    if device_type != "cpu" and count:
+        module = runtime.device_module(device_type)
+        for index in range(count):
+            get_name = getattr(module, "get_device_name", None)
+            names.append(get_name(index) if callable(get_name) else f"{device_type}:{index}")
+            props = getattr(module, "get_device_properties", None)
+            total = getattr(props(index), "total_memory", None) if callable(props) else None
+            memory.append(f"{total / 2**30:.1f} GiB" if total else "unknown")
+    else:
+        names = [platform.processor() or platform.machine()]
+        import psutil
+
+        memory = [f"{psutil.virtual_memory().total / 2**30:.1f} GiB (host)"]
+    try:
+        backend = resolve_backend(torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu"))
+    except BackendError as err:
+        backend = f"unavailable ({err})"
+    vendor = spec.vendor_module
+    vendor_version = "n/a"
+    if vendor:
+        module = sys.modules.get(vendor.split(".")[0])
+        vendor_version = getattr(module, "__version__", "not imported") if module else "not installed"
+    return {
+        "device type": f"{device_type} ({spec.name})",
+        "device count": count,
+        "device names": ", ".join(names) or "none",
+        "device memory": ", ".join(memory) or "unknown",
+        "collective backend": backend,
+        "autocast dtypes": ", ".join(d for d in spec.autocast_dtypes if torch.amp.is_autocast_available(device_type))
+        or "none",
+        "fork after init": "safe" if spec.fork_safe_after_init else "unsafe (use popen/spawn once initialised)",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "lightning-anyaccel": lightning_anyaccel.__version__,
+        f"vendor package ({vendor or '-'})": vendor_version,
+        "platform": platform.platform(),
+    }
+
+
+def check_fit(device_type: str) -> str:
+    """A 4-step fit on one device; returns where the parameters ended up and the last loss."""
+    from lightning import Trainer
+
+    from lightning_anyaccel import AnyAccelerator
+    from lightning_anyaccel.demo import DemoModel, demo_loader
+
+    model = DemoModel()
+    trainer = Trainer(
+        accelerator=AnyAccelerator(device_type),
+        strategy="any_single",
+        devices=1,
+        max_steps=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with contextlib.redirect_stdout(io.StringIO()):
+        trainer.fit(model, demo_loader())
+    device = trainer.strategy.root_device
+    if device.type != device_type:
+        raise AssertionError(f"trained on {device}, expected {device_type}")
+    if not all(torch.isfinite(torch.tensor(model.losses))):
+        raise AssertionError(f"non-finite loss: {model.losses}")
+    return f"4 steps on {device}, loss {model.losses[0]:.3f} -> {model.losses[-1]:.3f}"
+
+
+def _collective_worker(rank: int, device_type: str, backend: str, port: int, queue: Any) -> None:
+    import torch.distributed as dist
+
+    try:
+        device = torch.device(device_type, rank) if device_type != "cpu" else torch.device("cpu")
+        runtime.set_device_index(device)
+        dist.init_process_group(
+            backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+            timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+        )
+        tensor = torch.full((4,), float(rank + 1), device=device)
+        dist.all_reduce(tensor)
+        queue.put((rank, tensor.cpu().tolist(), None))
+        dist.destroy_process_group()
+    except Exception as err:  # reported to the parent, which fails the check
+        queue.put((rank, None, f"{type(err).__name__}: {err}"))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def check_collective(device_type: str) -> str:
+    """All-reduce across 2 spawned processes on the device's backend, every wait bounded."""
+    from lightning_anyaccel.distributed import resolve_backend
+
+    if device_type != "cpu" and runtime.device_count(device_type) < 2:
+        raise _Skip(f"needs 2 {device_type} devices, found {runtime.device_count(device_type)}")
+    backend = resolve_backend(torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu"))
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_collective_worker, args=(r, device_type, backend, port, queue)) for r in range(2)]
+    for proc in procs:
+        proc.start()
+    results = {}
+    try:
+        for _ in procs:
+            rank, value, error = queue.get(timeout=COLLECTIVE_TIMEOUT_S)
+            if error:
+                raise AssertionError(f"rank {rank}: {error}")
+            results[rank] = value
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+    if any(value != [3.0] * 4 for value in results.values()):
+        raise AssertionError(f"wrong all_reduce result: {results}")
+    return f"all_reduce over 2 processes with {backend!r}: 1 + 2 = 3 on every rank"
+
+
+def check_bf16(device_type: str) -> str:
+    """A matmul under ``torch.autocast(device_type, bfloat16)`` must produce bfloat16."""
+    from lightning_anyaccel.precision import check_precision
+
+    check_precision("bf16-mixed", device_type)
+    device = torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu")
+    a = torch.randn(8, 8, device=device)
+    with torch.autocast(device_type, dtype=torch.bfloat16):
+        out = a @ a
+    if out.dtype != torch.bfloat16:
+        raise AssertionError(f"autocast produced {out.dtype}, expected torch.bfloat16")
+    return f"matmul under autocast({device_type!r}, bfloat16) -> {out.dtype}"
+
+
+def check_checkpoint(device_type: str) -> str:
+    """Save a model's weights from the device and load them back with the portable map location."""
+    from lightning_anyaccel.checkpoint import portable_map_location
+
+    device = torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu")
+    model = torch.nn.Linear(4, 2).to(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "ckpt.pt")
+        torch.save(model.state_dict(), path)
+        loaded = torch.load(path, map_location=portable_map_location, weights_only=True)
+    same = all(torch.equal(loaded[k].cpu(), v.cpu()) for k, v in model.state_dict().items())
+    if not same:
+        raise AssertionError("weights differ after the round trip")
+    return f"state_dict saved from {device} and loaded back identical"
+
+
+class _Skip(Exception):
+    """A check that cannot run in this environment (not a failure)."""
+
+
+CHECKS: list[tuple[str, Callable[[str], str]]] = [
+    ("single-device fit", check_fit),
+    ("2-process collective", check_collective),
+    ("bf16 autocast", check_bf16),
+    ("checkpoint round trip", check_checkpoint),
+]
+
+
+def run(device_type: str | None = None) -> Report:
+    """Describe the environment and run every check on ``device_type`` (default: detected)."""
+    device_type = device_type or runtime.detect_device_type()
+    report = Report(environment=describe(device_type))
+    for name, check in CHECKS:
+        try:
+            report.checks.append(Check(name, "PASS", check(device_type)))
+        except _Skip as skip:
+            report.checks.append(Check(name, "SKIP", str(skip)))
+        except Exception as err:
+            detail = f"{type(err).__name__}: {err}"
+            last = traceback.extract_tb(err.__traceback__)[-1]
+            report.checks.append(Check(name, "FAIL", f"{detail} (at {Path(last.filename).name}:{last.lineno})"))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m lightning_anyaccel.verify", description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default=None, help="device type to check (default: what PyTorch reports)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    try:
+        report = run(args.device)
+    except Exception as err:  # e.g. an unknown device type: still a readable report
+        print(f"VERIFICATION FAILED: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"environment": report.environment, "checks": [asdict(c) for c in report.checks],
+                          "ok": report.ok}, indent=2, default=str))
+    else:
+        print(report.to_text())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
