@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Union
 
 import torch
 from lightning.fabric.accelerators.registry import _AcceleratorRegistry
+from lightning.fabric.strategies.launchers.multiprocessing import _disable_module_memory_sharing
 from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
@@ -46,6 +47,7 @@ class AnyAccelerator(Accelerator):
 
     Raises:
         ValueError: for a device type the table does not know.
+        DeviceNotAvailableError: when PyTorch sees no device of that type, with the install hint.
     """
 
     #: The device type of this class; ``None`` only on the base class.
@@ -60,6 +62,15 @@ class AnyAccelerator(Accelerator):
 
     def __init__(self, device_type: str | None = None) -> None:
         super().__init__()
+        assert self.device_type is not None
+        if not runtime.is_available(self.device_type):
+            spec = get_spec(self.device_type)
+            raise runtime.DeviceNotAvailableError(
+                f"AnyAccelerator({self.device_type!r}): PyTorch sees no {spec.name} device here."
+                f" Install {spec.install}"
+                + (f" and `import {spec.vendor_module}`" if spec.vendor_module else "")
+                + ", or use AnyAccelerator() to take whatever device is present (CPU otherwise)."
+            )
 
     def __reduce__(self) -> tuple[Any, tuple[str | None]]:
         # per-device classes are made at runtime; rebuild through the factory in spawned children
@@ -139,11 +150,10 @@ class AnyAccelerator(Accelerator):
 
     @override
     def setup_device(self, device: torch.device) -> None:
-        """Check ``device`` exists, make it the current device of this process and seed its RNG.
+        """Make ``device`` the current device of this process and seed its RNG.
 
         Raises:
             MisconfigurationException: when a strategy hands over a device of another type.
-            runtime.DeviceNotAvailableError: when the device is not usable here.
         """
         assert self.device_type is not None
         if device.type != self.device_type:
@@ -154,11 +164,6 @@ class AnyAccelerator(Accelerator):
             raise MisconfigurationException(
                 f"{self!r} was given the device {device}. Use a strategy on {self.device_type!r}"
                 " devices, e.g. strategy='any_single' or 'any_ddp'."
-            )
-        if not runtime.is_available(self.device_type):
-            raise runtime.DeviceNotAvailableError(
-                f"{self!r} can not run here: PyTorch sees no {get_spec(self.device_type).name} device."
-                f" Install {get_spec(self.device_type).install}, or use AnyAccelerator('cpu')."
             )
         runtime.set_device_index(device)
         seed = runtime.global_seed()
@@ -282,3 +287,8 @@ def _align_strategy(strategy: Any, device_type: str, requested: torch.device | N
                 f" {get_spec(device_type).name}. Use strategy='any_ddp' (or 'any_ddp_spawn', 'any_ddp_notebook')."
             )
     strategy.precision_plugin = align_precision_plugin(strategy.precision_plugin, device_type)
+    module = strategy.lightning_module
+    if device_type == "cpu" and module is not None and any(p.is_shared() for p in module.parameters()):
+        # Lightning's own spawn launcher unshares weights only for its CPUAccelerator: without
+        # this every rank would step the same shared-memory weights.
+        _disable_module_memory_sharing(module)

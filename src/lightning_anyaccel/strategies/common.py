@@ -11,6 +11,7 @@ import atexit
 from typing import Any, Callable
 
 import torch
+from lightning.fabric.strategies.launchers.multiprocessing import _disable_module_memory_sharing
 from lightning.fabric.utilities.distributed import _destroy_dist_connection, _distributed_is_initialized
 from torch.nn.parallel import DistributedDataParallel
 
@@ -99,11 +100,16 @@ class AnyDistributedMixin(AnyStrategyMixin):
             torch.distributed.barrier()
 
 
-class ForkCheckedLaunchMixin:
-    """Mixed in before Lightning's multiprocessing launcher: refuse unsafe forks.
+class SafeLaunchMixin:
+    """Mixed in before Lightning's multiprocessing launcher (Trainer's or Fabric's).
 
-    Lightning only checks for an initialised *CUDA* before forking; this checks the strategy's
-    own device type through the device table, right before the processes start.
+    Two fixes over Lightning's launcher, which only knows its own CPU/CUDA accelerators:
+
+    - refuse a ``fork`` when the strategy's device type was already initialised in the parent
+      (Lightning only checks CUDA), right before the processes start;
+    - under ``spawn`` on CPU, give every process its own copy of the model: torch moves tensors
+      passed through ``spawn`` into shared memory, so without this all ranks would step the same
+      weights (Lightning does it only for ``CPUAccelerator``, not for other accelerators on CPU).
     """
 
     _start_method: str
@@ -113,3 +119,8 @@ class ForkCheckedLaunchMixin:
         if self._start_method in ("fork", "forkserver"):
             check_fork_safe(self._strategy.root_device.type)
         return super().launch(function, *args, **kwargs)  # type: ignore[misc]
+
+    def _wrapping_function(self, process_idx: int, *rest: Any) -> Any:
+        if self._start_method == "spawn" and self._strategy.root_device.type == "cpu":
+            rest = _disable_module_memory_sharing(rest)
+        return super()._wrapping_function(process_idx, *rest)  # type: ignore[misc]

@@ -21,7 +21,7 @@ from lightning.fabric.strategies.registry import _StrategyRegistry
 from torch.nn import Module
 from typing_extensions import override
 
-from lightning_anyaccel.strategies.common import AnyDistributedMixin, ForkCheckedLaunchMixin
+from lightning_anyaccel.strategies.common import AnyDistributedMixin, SafeLaunchMixin
 
 #: Registered name -> start method.
 START_METHODS: dict[str, str] = {
@@ -32,8 +32,8 @@ START_METHODS: dict[str, str] = {
 }
 
 
-class AnyMultiProcessingLauncher(ForkCheckedLaunchMixin, _MultiProcessingLauncher):
-    """Lightning's spawn/fork launcher, refusing a fork after the device was initialised."""
+class AnyMultiProcessingLauncher(SafeLaunchMixin, _MultiProcessingLauncher):
+    """Lightning's spawn/fork launcher, with the fork and shared-memory fixes of :class:`SafeLaunchMixin`."""
 
 
 class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
