@@ -48,7 +48,7 @@ def resolve_backend(device: torch.device, explicit: str | None = None) -> str:
     else:
         mapped = dist.Backend.default_device_backend_map.get(device.type)
         name = mapped if mapped and mapped not in _NOT_REAL_BACKENDS else spec.backend
-        if name is None:
+        if spec.backend is None or name is None:
             raise BackendError(
                 f"{spec.name} has no collective backend, so it supports one device only."
                 " Use devices=1 with strategy='any_single'."

@@ -14,12 +14,14 @@ import argparse
 import contextlib
 import io
 import json
+import logging
 import multiprocessing as mp
 import platform
 import socket
 import sys
 import tempfile
 import traceback
+import warnings
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -124,6 +126,7 @@ def check_fit(device_type: str) -> str:
     from lightning_anyaccel.demo import DemoModel, demo_loader
 
     model = DemoModel()
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     trainer = Trainer(
         accelerator=AnyAccelerator(device_type),
         strategy="any_single",
@@ -134,7 +137,8 @@ def check_fit(device_type: str) -> str:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         trainer.fit(model, demo_loader())
     device = trainer.strategy.root_device
     if device.type != device_type:

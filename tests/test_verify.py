@@ -1,0 +1,60 @@
+"""``python -m lightning_anyaccel.verify``: real run on CPU, and the failure paths."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lightning_anyaccel import verify
+
+
+def test_verify_passes_on_cpu(python_runner):
+    proc = python_runner(["-m", "lightning_anyaccel.verify"], timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    out = proc.stdout
+    for needle in ("device type        : cpu (CPU)", "collective backend : gloo", "autocast dtypes    : bf16, fp16",
+                   "torch              : ", "lightning          : ", "[PASS] single-device fit",
+                   "[PASS] 2-process collective: all_reduce over 2 processes with 'gloo'",
+                   "[PASS] bf16 autocast", "[PASS] checkpoint round trip", "VERIFICATION SUCCESSFUL"):
+        assert needle in out
+
+
+def test_verify_json_and_missing_device(python_runner):
+    proc = python_runner(["-m", "lightning_anyaccel.verify", "--device", "xpu", "--json"], timeout=240)
+    assert proc.returncode == 1, proc.stdout[-4000:]
+    report = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert report["ok"] is False
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert statuses["single-device fit"] == "FAIL"
+    fit = next(c for c in report["checks"] if c["name"] == "single-device fit")
+    assert "sees no Intel GPU (XPU) device" in fit["detail"]
+
+
+def test_verify_unknown_device_exits_nonzero(python_runner):
+    proc = python_runner(["-m", "lightning_anyaccel.verify", "--device", "nosuch"], timeout=120)
+    assert proc.returncode == 2
+    assert "VERIFICATION FAILED" in proc.stdout and "Unknown device type 'nosuch'" in proc.stdout
+
+
+def test_failed_check_fails_the_report(monkeypatch):
+    def broken(device_type: str) -> str:
+        raise AssertionError("weights differ after the round trip")
+
+    monkeypatch.setattr(verify, "CHECKS", [("checkpoint round trip", broken)])
+    report = verify.run("cpu")
+    assert not report.ok
+    assert "VERIFICATION FAILED (failed: checkpoint round trip)" in report.to_text()
+    assert verify.main(["--device", "cpu"]) == 1
+
+
+@pytest.mark.parametrize("module", ["devices", "runtime", "precision", "distributed", "checkpoint", "accelerator",
+                                    "_compat", "strategies.single"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(f"lightning_anyaccel.{module}")
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+    assert result.attempted > 0
