@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from fakes import install_fake_device
 from lightning import Trainer
 from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.strategies import SingleDeviceStrategy
 
 import lightning_anyaccel  # noqa: F401  (registers names)
+from fakes import install_fake_device
 from lightning_anyaccel import (
     AnyAccelerator,
     AnyDDPStrategy,

@@ -16,7 +16,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 import torch
 from lightning.fabric.accelerators.registry import _AcceleratorRegistry
@@ -30,7 +30,7 @@ from lightning_anyaccel import runtime
 from lightning_anyaccel.devices import DEVICE_TABLE, get_spec
 from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
 
-_DEVICES_INPUT = Union[int, str, list[int], tuple[int, ...], None]
+_DEVICES_INPUT = int | str | list[int] | tuple[int, ...] | None
 _CLASSES: dict[str, type[AnyAccelerator]] = {}
 
 

@@ -13,13 +13,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from lightning_anyaccel.devices import PRECISION_DTYPES, get_spec
-
-PrecisionT = TypeVar("PrecisionT")
 
 
 class PrecisionNotSupportedError(ValueError):
@@ -48,7 +47,7 @@ def check_precision(precision: str, device_type: str) -> None:
         )
 
 
-def mixed_precision_plugin(precision: str, device_type: str, factory: Callable[..., PrecisionT] | None = None) -> Any:
+def mixed_precision_plugin(precision: str, device_type: str, factory: Callable[..., Any] | None = None) -> Any:
     """A Lightning ``MixedPrecision`` plugin that autocasts on ``device_type``.
 
     ``factory`` is the plugin class to build (Trainer's by default; Fabric passes its own).
@@ -58,7 +57,7 @@ def mixed_precision_plugin(precision: str, device_type: str, factory: Callable[.
     if factory is None:
         from lightning.pytorch.plugins.precision import MixedPrecision
 
-        factory = MixedPrecision
+        return MixedPrecision(precision=precision, device=device_type)  # type: ignore[arg-type]
     return factory(precision=precision, device=device_type)
 
 

@@ -22,10 +22,11 @@ import sys
 import tempfile
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

@@ -8,7 +8,8 @@ portable checkpoint loading) lives here once.
 from __future__ import annotations
 
 import atexit
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from lightning.fabric.strategies.launchers.multiprocessing import _disable_module_memory_sharing

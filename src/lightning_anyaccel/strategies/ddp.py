@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning.fabric.strategies.registry import _StrategyRegistry
 from lightning.pytorch.overrides.distributed import _register_ddp_comm_hook
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
-from lightning.fabric.strategies.registry import _StrategyRegistry
 from torch.nn import Module
 from typing_extensions import override
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.fabric.strategies.registry import _StrategyRegistry
+from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
