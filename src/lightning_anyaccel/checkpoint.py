@@ -3,8 +3,7 @@
 ``torch.load`` restores every tensor onto the device it was saved from; Lightning remaps
 only CUDA, MPS and XLA when those are missing. :func:`portable_map_location` remaps any
 device type that is not available here to CPU, and the package's strategies use it when
-resuming (``trainer.fit(ckpt_path=...)``); Fabric's strategies load through
-:class:`PortableCheckpointIO`, which makes it the default ``map_location`` of ``fabric.load``.
+resuming (``trainer.fit(ckpt_path=...)``).
 
 Example:
     >>> import torch
@@ -16,9 +15,6 @@ Example:
 from __future__ import annotations
 
 from typing import Any
-
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from typing_extensions import override
 
 from lightning_anyaccel import runtime
 from lightning_anyaccel.devices import DEVICE_TABLE
@@ -36,19 +32,3 @@ def portable_map_location(storage: Any, location: str) -> Any:
     if device_type in DEVICE_TABLE and int(index or 0) < runtime.device_count(device_type):
         return None
     return storage.cpu()
-
-
-
-class PortableCheckpointIO(TorchCheckpointIO):
-    """Lightning's ``TorchCheckpointIO`` whose loads default to :func:`portable_map_location`.
-
-    Fabric's ``fabric.load`` passes no ``map_location``; Lightning's default keeps every tensor on
-    the device it was saved from, so a checkpoint written on ``xpu``/``hpu`` fails to load on a
-    machine without that device. The package's Fabric strategies use this IO by default.
-    """
-
-    @override
-    def load_checkpoint(
-        self, path: Any, map_location: Any = portable_map_location, weights_only: bool | None = None
-    ) -> dict[str, Any]:
-        return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)

@@ -97,7 +97,7 @@ def run(fabric: Fabric, args: argparse.Namespace) -> dict[str, Any]:
         "precision": type(fabric.strategy.precision).__name__,
         "precision_device": getattr(fabric.strategy.precision, "device", None),
         "autocast_in_step": step_autocast,
-        "autocast_in_forward": sorted(set(map(tuple, model.module.autocast_seen))),
+        "autocast_in_forward": [list(t) for t in sorted(set(model.module.autocast_seen))],
         "step": state["step"],
         "losses": losses,
         "loaded_digest": loaded_digest,

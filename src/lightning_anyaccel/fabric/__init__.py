@@ -23,7 +23,7 @@ from lightning.fabric.utilities.seed import seed_everything as _lightning_seed_e
 
 from lightning_anyaccel import runtime
 from lightning_anyaccel.accelerator import AnyAccelerator
-from lightning_anyaccel.checkpoint import PortableCheckpointIO, portable_map_location
+from lightning_anyaccel.checkpoint import portable_map_location
 from lightning_anyaccel.fabric.strategies import AnyDDPStrategy, AnyMultiProcessingLauncher, AnySingleDeviceStrategy
 
 
@@ -58,7 +58,6 @@ __all__ = [
     "AnyDDPStrategy",
     "AnyMultiProcessingLauncher",
     "AnySingleDeviceStrategy",
-    "PortableCheckpointIO",
     "portable_map_location",
     "register",
     "seed_everything",

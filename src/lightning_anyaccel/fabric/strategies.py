@@ -2,47 +2,29 @@
 
 The bodies are the shared mixins of :mod:`lightning_anyaccel.strategies.common` (the Trainer
 strategies use the same ones); what is here is only what Fabric names differently: its
-precision attribute is ``precision``, its DDP hook is ``setup_module``, its launcher class is
-its own, and ``fabric.load`` passes no ``map_location`` (so the default checkpoint IO is the
-portable one).
+precision attribute is ``precision``, its DDP hook is ``setup_module`` and its launcher class
+is its own.
+
+Checkpoints need nothing here: Fabric's default ``TorchCheckpointIO`` loads every tensor onto
+CPU (its ``map_location`` keeps the CPU storage torch deserialised) and ``load_state_dict``
+copies it to the device, so ``fabric.load`` already reads checkpoints written on devices this
+machine does not have (pinned by ``tests/test_fabric_checks.py``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.fabric.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
-from lightning_anyaccel.checkpoint import PortableCheckpointIO
 from lightning_anyaccel.strategies.common import AnyDistributedMixin, ForkCheckedLaunchMixin, LazyDeviceMixin
 
 
-class PortableCheckpointMixin:
-    """Fabric strategies load checkpoints with tensors of missing devices remapped to CPU.
-
-    A checkpoint IO the user passes (``plugins=`` or ``checkpoint_io=``) is kept as given.
-    """
-
-    _checkpoint_io: CheckpointIO | None
-
-    @property
-    @override
-    def checkpoint_io(self) -> CheckpointIO:
-        if self._checkpoint_io is None:
-            self._checkpoint_io = PortableCheckpointIO()
-        return self._checkpoint_io
-
-    @checkpoint_io.setter
-    def checkpoint_io(self, io: CheckpointIO | None) -> None:
-        self._checkpoint_io = io
-
-
-class AnySingleDeviceStrategy(PortableCheckpointMixin, LazyDeviceMixin, SingleDeviceStrategy):
+class AnySingleDeviceStrategy(LazyDeviceMixin, SingleDeviceStrategy):
     """Fabric on one device of the accelerator's type (Fabric alone would pick ``"cpu"``).
 
     Example:
@@ -61,7 +43,7 @@ class AnyMultiProcessingLauncher(ForkCheckedLaunchMixin, _MultiProcessingLaunche
     """Fabric's spawn/fork launcher, refusing a fork after the device was initialised."""
 
 
-class AnyDDPStrategy(PortableCheckpointMixin, AnyDistributedMixin, DDPStrategy):
+class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
     """Fabric DDP with the backend, streams, barrier and fork checks of the accelerator's device type.
 
     Takes every argument of Lightning's Fabric ``DDPStrategy``; ``process_group_backend=None`` chooses
@@ -86,4 +68,4 @@ class AnyDDPStrategy(PortableCheckpointMixin, AnyDistributedMixin, DDPStrategy):
         return self._wrap_ddp(module, device_ids, lambda: super(AnyDDPStrategy, self).setup_module(module))
 
 
-__all__ = ["AnyDDPStrategy", "AnyMultiProcessingLauncher", "AnySingleDeviceStrategy", "PortableCheckpointMixin"]
+__all__ = ["AnyDDPStrategy", "AnyMultiProcessingLauncher", "AnySingleDeviceStrategy"]
