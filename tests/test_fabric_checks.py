@@ -8,11 +8,9 @@ our strategies run unmodified. Nothing here starts a process or touches a real a
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import zipfile
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,56 +21,24 @@ from lightning.fabric.plugins.precision import MixedPrecision
 from lightning.fabric.strategies import SingleDeviceStrategy
 
 import lightning_anyaccel  # noqa: F401
+from fakes import FakeDeviceModule, install_fake_device
 from lightning_anyaccel import devices as devices_mod
 from lightning_anyaccel.accelerator import DeviceCountError
 from lightning_anyaccel.distributed import BackendError, ForkAfterInitError
 from lightning_anyaccel.fabric import AnyAccelerator, AnyDDPStrategy, AnySingleDeviceStrategy, seed_everything
 from lightning_anyaccel.precision import PrecisionNotSupportedError
+from lightning_anyaccel.runtime import DeviceNotAvailableError
 from lightning_anyaccel.strategies.common import NotebookLaunchError
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
-@dataclasses.dataclass
-class FakeDevice:
-    """State of one simulated device type; ``module`` is what ``torch.get_device_module`` returns."""
-
-    type: str
-    count: int = 2
-    initialized: bool = False
-    bf16: bool = True
-    seeds: list[int] = dataclasses.field(default_factory=list)
-    current: list[int] = dataclasses.field(default_factory=list)
-
-    @property
-    def module(self) -> SimpleNamespace:
-        return SimpleNamespace(
-            __name__=f"fake.{self.type}",
-            is_available=lambda: self.count > 0,
-            device_count=lambda: self.count,
-            is_initialized=lambda: self.initialized,
-            set_device=self.current.append,
-            is_bf16_supported=lambda: self.bf16,
-            manual_seed_all=self.seeds.append,
-            empty_cache=lambda: None,
-        )
-
-
 @pytest.fixture
 def fake_device(monkeypatch):
-    """``fake_device("xpu", backends={"xccl"})``: make PyTorch report that device (and backends)."""
+    """``fake_device("xpu", backend="xccl")``: make PyTorch report that device (``tests/fakes.py``)."""
 
-    def make(device_type: str, *, backends: set[str] = frozenset(), **state: Any) -> FakeDevice:
-        fake = FakeDevice(device_type, **state)
-        module = fake.module
-        real_module, real_backend = torch.get_device_module, dist.is_backend_available
-        monkeypatch.setattr(torch, "get_device_module",
-                            lambda t=None: module if str(t) == device_type else real_module(t))
-        monkeypatch.setattr(dist, "is_backend_available", lambda name: name in backends or real_backend(name))
-        monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a, **k: torch.device(device_type))
-        monkeypatch.setattr(torch.accelerator, "set_device_index", fake.current.append)
-        monkeypatch.setattr(torch.accelerator, "empty_cache", lambda: None)
-        return fake
+    def make(device_type: str, count: int = 2, *, backend: str | None = None, **state: Any) -> FakeDeviceModule:
+        return install_fake_device(monkeypatch, device_type, count, backend=backend, **state)
 
     return make
 
@@ -81,7 +47,7 @@ def fake_device(monkeypatch):
 
 @pytest.mark.parametrize(("device_type", "backend"), [("xpu", "xccl"), ("hpu", "hccl"), ("cuda", "nccl")])
 def test_backend_follows_device_table(fake_device, device_type, backend) -> None:
-    fake_device(device_type, backends={backend})
+    fake_device(device_type, backend=backend)
     fabric = Fabric(accelerator=AnyAccelerator(device_type), strategy="any_ddp", devices=2)
     assert [str(d) for d in fabric.strategy.parallel_devices] == [f"{device_type}:0", f"{device_type}:1"]
     assert fabric.strategy._get_process_group_backend() == backend
@@ -89,7 +55,7 @@ def test_backend_follows_device_table(fake_device, device_type, backend) -> None
 
 def test_hpu_never_gets_fake_backend(fake_device) -> None:
     assert dist.Backend.default_device_backend_map.get("hpu") == "fake"  # what torch says once Lightning is in
-    fake_device("hpu", backends={"hccl"})
+    fake_device("hpu", backend="hccl")
     assert Fabric(accelerator="hpu", strategy="any_ddp", devices=2).strategy._get_process_group_backend() == "hccl"
     with pytest.raises(BackendError, match="'fake' is a test stub that does no real communication. Use 'hccl'"):
         Fabric(accelerator="hpu", strategy=AnyDDPStrategy(process_group_backend="fake"), devices=2)
@@ -100,6 +66,12 @@ def test_unregistered_backend_fails_at_construction(fake_device) -> None:
     with pytest.raises(BackendError, match=r"The collective backend 'xccl' for Intel GPU \(XPU\) \('xpu'\) is not"
                                            r" registered .* pass a registered one with"):
         Fabric(accelerator="xpu", strategy="any_ddp", devices=2)
+
+
+def test_mps_has_no_backend(fake_device) -> None:
+    fake_device("mps", count=1)
+    with pytest.raises(BackendError, match=r"Apple GPU \(MPS\) has no collective backend"):
+        Fabric(accelerator=AnyAccelerator("mps"), strategy="any_ddp", devices=1)
 
 
 # ----- precision on the accelerator's device type ---------------------------------------------------
@@ -117,7 +89,7 @@ def test_mixed_precision_targets_the_device(fake_device, device_type, precision)
 
 
 def test_precision_plugin_for_cuda_is_rebuilt(fake_device) -> None:
-    fake_device("xpu", backends={"xccl"})
+    fake_device("xpu", backend="xccl")
     fabric = Fabric(accelerator="xpu", strategy="any_ddp", devices=2,
                     plugins=[MixedPrecision("bf16-mixed", device="cuda")])
     assert fabric._precision.device == "xpu"
@@ -138,7 +110,7 @@ def test_device_without_bf16_fails_at_launch(fake_device) -> None:
     fabric = Fabric(accelerator="xpu", strategy="any_single", devices=[0], precision="bf16-mixed")
     with pytest.raises(PrecisionNotSupportedError, match="at xpu:0 does not support bfloat16. Use precision='16-mixed'"):
         fabric.launch()
-    assert fake.current == [0]  # the device was selected before the probe
+    assert ("set_device_index", 0) in fake.calls  # the device was selected before the probe
 
 
 # ----- Lightning's own strategy choices are refused, never silently CPU --------------------------
@@ -155,7 +127,7 @@ def test_auto_strategy_single_device_refused_not_cpu(fake_device) -> None:
 
 
 def test_lightning_ddp_refused_on_non_cuda(fake_device) -> None:
-    fake_device("xpu", backends={"xccl"})
+    fake_device("xpu", backend="xccl")
     fabric = Fabric(accelerator="xpu", strategy="ddp_spawn", devices=2)
     with pytest.raises(Exception, match="Lightning's DDPStrategy runs CUDA-only code paths .* strategy='any_ddp'"):
         fabric.strategy.setup_environment()  # what each launched process does first
@@ -177,7 +149,7 @@ def test_lightning_single_strategy_on_cpu_allowed() -> None:
 # ----- fork safety and notebooks -------------------------------------------------------------------
 
 def test_fork_after_init_refused_at_construction(fake_device) -> None:
-    fake_device("xpu", backends={"xccl"}, initialized=True)
+    fake_device("xpu", backend="xccl", initialized=True)
     with pytest.raises(ForkAfterInitError, match=r"Intel GPU \(XPU\) was already initialised in this process.*"
                                                   r"strategy='any_ddp' \(popen"):
         Fabric(accelerator="xpu", strategy="any_ddp_notebook", devices=2)
@@ -185,7 +157,7 @@ def test_fork_after_init_refused_at_construction(fake_device) -> None:
 
 
 def test_fork_after_init_refused_at_launch(fake_device) -> None:
-    fake = fake_device("xpu", backends={"xccl"})
+    fake = fake_device("xpu", backend="xccl")
     fabric = Fabric(accelerator="xpu", strategy="any_ddp_fork", devices=2)
     fake.initialized = True  # e.g. a tensor was put on the device between Fabric() and launch()
     with pytest.raises(ForkAfterInitError, match="forked workers cannot use it"):
@@ -204,7 +176,7 @@ def test_notebook_refuses_popen_and_spawn(monkeypatch, strategy) -> None:
 # ----- devices and names ---------------------------------------------------------------------------
 
 def test_too_many_devices(fake_device) -> None:
-    fake_device("xpu", backends={"xccl"})
+    fake_device("xpu", backend="xccl")
     with pytest.raises(DeviceCountError, match=r"devices=4 asks for Intel GPU \(XPU\) device\(s\) \[2, 3\], but this"
                                                r" machine has 2 \(xpu:0..1\)"):
         Fabric(accelerator="xpu", strategy="any_ddp", devices=4)
@@ -223,12 +195,13 @@ def test_unknown_device_name() -> None:
 
 
 def test_unavailable_device() -> None:
-    with pytest.raises(RuntimeError, match=r"`AnyAccelerator\[xpu\]` can not run on your system"):
+    with pytest.raises(DeviceNotAvailableError, match=r"AnyAccelerator\('xpu'\): PyTorch sees no Intel GPU \(XPU\)"
+                                                      r" device here. Install pip install torch --index-url"):
         Fabric(accelerator="xpu", strategy="any_single", devices=1)
 
 
 def test_registered_names_resolve(fake_device) -> None:
-    fake_device("xpu", backends={"xccl"})
+    fake_device("xpu", backend="xccl")
     for name, method in [("any_ddp", "popen"), ("any_ddp_spawn", "spawn"), ("any_ddp_fork", "fork"),
                          ("any_ddp_notebook", "fork")]:
         strategy = Fabric(accelerator="xpu", strategy=name, devices=2).strategy
@@ -243,8 +216,10 @@ def test_device_seeded_at_launch_and_by_helper(fake_device, monkeypatch) -> None
     fake = fake_device("hpu", count=1)  # torch.manual_seed does not seed HPU
     monkeypatch.setenv("PL_GLOBAL_SEED", "11")
     Fabric(accelerator="hpu", strategy="any_single", devices=1).launch()
-    assert fake.seeds == [11] and fake.current == [0]
-    assert seed_everything(5) == 5 and fake.seeds == [11, 5]
+    assert [c for c in fake.calls if c[0] == "manual_seed_all"] == [("manual_seed_all", 11)]
+    assert ("set_device_index", 0) in fake.calls
+    assert seed_everything(5) == 5
+    assert [c for c in fake.calls if c[0] == "manual_seed_all"] == [("manual_seed_all", 11), ("manual_seed_all", 5)]
 
 
 # ----- checkpoints from a device this machine does not have ---------------------------------------

@@ -21,7 +21,7 @@ from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
-from lightning_anyaccel.strategies.common import AnyDistributedMixin, ForkCheckedLaunchMixin, LazyDeviceMixin
+from lightning_anyaccel.strategies.common import AnyDistributedMixin, SafeLaunchMixin, LazyDeviceMixin
 
 
 class AnySingleDeviceStrategy(LazyDeviceMixin, SingleDeviceStrategy):
@@ -39,8 +39,8 @@ class AnySingleDeviceStrategy(LazyDeviceMixin, SingleDeviceStrategy):
     _precision_attr = "precision"
 
 
-class AnyMultiProcessingLauncher(ForkCheckedLaunchMixin, _MultiProcessingLauncher):
-    """Fabric's spawn/fork launcher, refusing a fork after the device was initialised."""
+class AnyMultiProcessingLauncher(SafeLaunchMixin, _MultiProcessingLauncher):
+    """Fabric's spawn/fork launcher, with the fork and shared-memory fixes of :class:`SafeLaunchMixin`."""
 
 
 class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
