@@ -266,3 +266,14 @@ def test_privateuse1_devices_in_subprocess(python_runner) -> None:
         "unregistered": "BackendError: The collective backend 'hccl' for Huawei Ascend (NPU) ('npu') is not registered",
         "vendor_registered_backend": "hccl",
     }
+
+
+def test_front_ends_refuse_each_others_strategies() -> None:
+    from lightning import Trainer
+
+    from lightning_anyaccel import AnyDDPStrategy as TrainerDDP
+
+    with pytest.raises(ValueError, match="invalid strategy name: `strategy=<lightning_anyaccel.strategies.ddp"):
+        Fabric(accelerator="any", strategy=TrainerDDP(), devices=2)
+    with pytest.raises(ValueError, match="invalid strategy name: `strategy=<lightning_anyaccel.fabric.strategies"):
+        Trainer(accelerator="any", strategy=AnyDDPStrategy(), devices=2)
