@@ -13,15 +13,13 @@ machine does not have (pinned by ``tests/test_fabric_checks.py``).
 
 from __future__ import annotations
 
-from typing import Any
-
 from lightning.fabric.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.fabric.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
-from lightning_anyaccel.strategies.common import AnyDistributedMixin, SafeLaunchMixin, LazyDeviceMixin
+from lightning_anyaccel.strategies.common import AnyDistributedMixin, LazyDeviceMixin, SafeLaunchMixin
 
 
 class AnySingleDeviceStrategy(LazyDeviceMixin, SingleDeviceStrategy):
