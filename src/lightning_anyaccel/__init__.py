@@ -6,7 +6,9 @@ Importing the package registers, for the Trainer:
   device type Lightning has no accelerator for (``"xpu"``, ``"hpu"``, ``"npu"``, ``"sdaa"``,
   ``"mlu"``, ``"musa"``); ``"cpu"``, ``"cuda"`` and ``"mps"`` stay Lightning's;
 - strategies ``"any_single"``, ``"any_ddp"``, ``"any_ddp_spawn"``, ``"any_ddp_fork"`` and
-  ``"any_ddp_notebook"``.
+  ``"any_ddp_notebook"``;
+
+and the same names in Lightning Fabric's registries (see :mod:`lightning_anyaccel.fabric`).
 
 Example:
     >>> from lightning import Trainer
@@ -40,6 +42,8 @@ def register() -> None:
 
 
 register()
+
+import lightning_anyaccel.fabric  # noqa: E402,F401  (registers the Fabric names)
 
 __all__ = [
     "DEVICE_TABLE",

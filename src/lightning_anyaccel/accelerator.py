@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from typing import Any, ClassVar
 
 import torch
@@ -27,7 +28,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
 from lightning_anyaccel import runtime
-from lightning_anyaccel.devices import DEVICE_TABLE, get_spec
+from lightning_anyaccel.devices import DEVICE_TABLE, PRECISION_DTYPES, get_spec
 from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
 
 _DEVICES_INPUT = int | str | list[int] | tuple[int, ...] | None
@@ -152,14 +153,21 @@ class AnyAccelerator(Accelerator):
     def setup_device(self, device: torch.device) -> None:
         """Make ``device`` the current device of this process and seed its RNG.
 
+        Under Fabric, also refuse a Lightning strategy that would train elsewhere or run CUDA-only
+        code (Fabric, unlike the Trainer, has no later hook where the accelerator could repair it).
+
         Raises:
             MisconfigurationException: when a strategy hands over a device of another type.
         """
         assert self.device_type is not None
+        fabric_strategy = _fabric_strategy_of_caller(self)
+        if fabric_strategy is not None:
+            _check_fabric_strategy(fabric_strategy, self.device_type)
         if device.type != self.device_type:
             if device.type == "cpu":
-                # Lightning's connector picks SingleDeviceStrategy("cpu") for any accelerator that is
-                # not CUDA/MPS; `setup(trainer)` moves the strategy to our device before the model moves.
+                # Trainer: Lightning's connector picks SingleDeviceStrategy("cpu") for any accelerator that
+                # is not CUDA/MPS; `setup(trainer)` moves the strategy to our device before the model moves.
+                # (Fabric has no such hook: `_check_fabric_strategy` refused that case above.)
                 return
             raise MisconfigurationException(
                 f"{self!r} was given the device {device}. Use a strategy on {self.device_type!r}"
@@ -282,13 +290,77 @@ def _align_strategy(strategy: Any, device_type: str, requested: torch.device | N
             )
     if not isinstance(strategy, AnyStrategyMixin) and get_spec(device_type).lightning_builtin is None:
         if type(strategy) is not SingleDeviceStrategy:
-            raise MisconfigurationException(
-                f"Lightning's {type(strategy).__name__} runs CUDA-only code paths and can not train on"
-                f" {get_spec(device_type).name}. Use strategy='any_ddp' (or 'any_ddp_spawn', 'any_ddp_notebook')."
-            )
+            raise MisconfigurationException(_cuda_only_message(type(strategy).__name__, device_type))
     strategy.precision_plugin = align_precision_plugin(strategy.precision_plugin, device_type)
     module = strategy.lightning_module
     if device_type == "cpu" and module is not None and any(p.is_shared() for p in module.parameters()):
         # Lightning's own spawn launcher unshares weights only for its CPUAccelerator: without
         # this every rank would step the same shared-memory weights.
         _disable_module_memory_sharing(module)
+
+
+def _cuda_only_message(strategy_name: str, device_type: str) -> str:
+    return (
+        f"Lightning's {strategy_name} runs CUDA-only code paths and can not train on {get_spec(device_type).name}."
+        " Use strategy='any_ddp' (or 'any_ddp_spawn', 'any_ddp_notebook')."
+    )
+
+
+def _fabric_strategy_of_caller(accelerator: AnyAccelerator, max_depth: int = 4) -> Any | None:
+    """The Fabric strategy on whose behalf Lightning calls ``setup_device``; ``None`` under the Trainer.
+
+    Lightning calls ``accelerator.setup_device(device)`` from ``Strategy.setup_environment`` and from
+    ``Fabric.to_device`` without passing the strategy; the calling frame's ``self`` is that strategy
+    (or the ``Fabric``). Frames of the accelerator itself (a subclass calling ``super()``) are skipped.
+    The tests pin this against Lightning's current call sites.
+    """
+    from lightning.fabric import Fabric
+    from lightning.fabric.strategies import Strategy as FabricStrategy
+
+    frame = sys._getframe(2)
+    for _ in range(max_depth):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if owner is not accelerator:
+            if isinstance(owner, Fabric):
+                return owner.strategy
+            return owner if isinstance(owner, FabricStrategy) else None
+        frame = frame.f_back
+    return None
+
+
+def _check_fabric_strategy(strategy: Any, device_type: str) -> None:
+    """Refuse a Lightning Fabric strategy that would silently train elsewhere (audit rows 4, 8, 11).
+
+    Fabric picks ``SingleDeviceStrategy("cpu")`` for one device of any accelerator but CUDA/MPS and
+    ``MixedPrecision(device="cuda")`` for any accelerator flag but ``"cpu"``/``"mps"``, and caches the
+    precision plugin in the ``Fabric`` object, so neither can be repaired here: this fails fast and
+    names the strategy that works. The package's own strategies are always accepted.
+    """
+    from lightning.fabric.strategies import SingleDeviceStrategy
+
+    from lightning_anyaccel.strategies.common import AnyStrategyMixin
+
+    if isinstance(strategy, AnyStrategyMixin):
+        return
+    spec = get_spec(device_type)
+    name = type(strategy).__name__
+    root = strategy.root_device
+    if root.type != device_type:
+        raise MisconfigurationException(
+            f"Fabric chose Lightning's {name} on {root} for AnyAccelerator({device_type!r}) (it does so for every"
+            f" accelerator but CUDA and MPS): the model would train on {root.type}, not on {spec.name}."
+            " Pass strategy='any_single' (one device) or strategy='any_ddp' (several) to Fabric."
+        )
+    if spec.lightning_builtin is None and type(strategy) is not SingleDeviceStrategy:
+        raise MisconfigurationException(_cuda_only_message(name, device_type))
+    plugin = strategy.precision
+    flag = getattr(plugin, "precision", None)
+    if flag in PRECISION_DTYPES and getattr(plugin, "device", device_type) != device_type:
+        raise MisconfigurationException(
+            f"Fabric built {type(plugin).__name__}(precision={flag!r}, device={plugin.device!r}) for"
+            f" AnyAccelerator({device_type!r}): autocast would target {plugin.device!r}, switch itself off and"
+            f" train in fp32. Pass strategy='any_single' or 'any_ddp' (they build it for {device_type!r}), or"
+            f" plugins=MixedPrecision({flag!r}, device={device_type!r}) instead of precision=."
+        )

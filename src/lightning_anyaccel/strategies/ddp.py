@@ -1,10 +1,10 @@
-"""``AnyDDPStrategy``: DistributedDataParallel on any device type.
+"""``AnyDDPStrategy``: DistributedDataParallel on any device type (Trainer).
 
 Lightning's ``DDPStrategy`` picks the backend from torch's default map (``fake`` for HPU, ``gloo``
 for unregistered PrivateUse1 devices), wraps DDP in a ``torch.cuda.Stream`` (which fails on
 non-CUDA builds), registers comm hooks only on CUDA, passes barrier ``device_ids`` only for
 NCCL and checks only CUDA before forking. This subclass fixes each through
-:mod:`lightning_anyaccel.strategies.common` and the device table.
+:mod:`lightning_anyaccel.strategies.common` (shared with Fabric's strategy) and the device table.
 
 Registered names (after ``import lightning_anyaccel``): ``any_ddp`` (popen, scripts),
 ``any_ddp_spawn``, ``any_ddp_fork`` and ``any_ddp_notebook`` (fork, for Jupyter).
@@ -14,22 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning.fabric.strategies.registry import _StrategyRegistry
 from lightning.pytorch.overrides.distributed import _register_ddp_comm_hook
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from torch.nn import Module
 from typing_extensions import override
 
-from lightning_anyaccel.strategies.common import AnyDistributedMixin, SafeLaunchMixin
-
-#: Registered name -> start method.
-START_METHODS: dict[str, str] = {
-    "any_ddp": "popen",
-    "any_ddp_spawn": "spawn",
-    "any_ddp_fork": "fork",
-    "any_ddp_notebook": "fork",
-}
+from lightning_anyaccel.strategies.common import START_METHODS, AnyDistributedMixin, SafeLaunchMixin
 
 
 class AnyMultiProcessingLauncher(SafeLaunchMixin, _MultiProcessingLauncher):
@@ -46,25 +37,13 @@ class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
     """
 
     strategy_name = "any_ddp"
-
-    @override
-    def _configure_launcher(self) -> None:
-        if self._start_method == "popen":
-            super()._configure_launcher()
-        else:
-            self._launcher = AnyMultiProcessingLauncher(self, start_method=self._start_method)
-        if self.parallel_devices:
-            self._validate_device_setup()
+    _launcher_class = AnyMultiProcessingLauncher
 
     @override
     def setup_environment(self) -> None:
         self._check_accelerator()
         self._align_precision()
         super().setup_environment()
-
-    @override
-    def _get_process_group_backend(self) -> str:
-        return self._resolve_backend()
 
     @override
     def setup_distributed(self) -> None:
@@ -82,29 +61,13 @@ class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
         _register_ddp_comm_hook(
             model=self.model,
             ddp_comm_state=self._ddp_comm_state,
-            ddp_comm_hook=self._ddp_comm_hook,
             ddp_comm_wrapper=self._ddp_comm_wrapper,
+            ddp_comm_hook=self._ddp_comm_hook,
         )
-
-    @override
-    def barrier(self, *args: Any, **kwargs: Any) -> None:
-        self._barrier()
 
     @override
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         return self._load_portable(super().load_checkpoint, checkpoint_path, weights_only=weights_only)
-
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        for name, start_method in START_METHODS.items():
-            strategy_registry.register(
-                name,
-                cls,
-                description=f"DDP on the accelerator's device type, start method {start_method!r}",
-                start_method=start_method,
-                override=True,
-            )
 
 
 __all__ = ["AnyDDPStrategy", "AnyMultiProcessingLauncher", "START_METHODS"]

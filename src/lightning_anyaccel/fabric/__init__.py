@@ -1,0 +1,64 @@
+"""Lightning Fabric on every accelerator PyTorch knows.
+
+The accelerator is the Trainer's :class:`~lightning_anyaccel.AnyAccelerator` (Lightning's Trainer
+accelerators are Fabric accelerators too); the strategies are Fabric's, with the same shared
+device logic as the Trainer ones. Importing this module (or ``lightning_anyaccel``) registers in
+Fabric's registries the same names as for the Trainer: ``accelerator="any"``, ``"xpu"``,
+``"hpu"``, ``"npu"``, ... and ``strategy="any_single"``, ``"any_ddp"``, ``"any_ddp_spawn"``,
+``"any_ddp_fork"``, ``"any_ddp_notebook"``.
+
+Example:
+    >>> from lightning import Fabric
+    >>> from lightning_anyaccel.fabric import AnyAccelerator, AnyDDPStrategy
+    >>> fabric = Fabric(accelerator=AnyAccelerator("cpu"), strategy=AnyDDPStrategy(), devices=2)
+    >>> type(fabric.strategy).__module__, fabric.strategy.num_processes
+    ('lightning_anyaccel.fabric.strategies', 2)
+"""
+
+from __future__ import annotations
+
+from lightning.fabric.accelerators import ACCELERATOR_REGISTRY
+from lightning.fabric.strategies import STRATEGY_REGISTRY
+from lightning.fabric.utilities.seed import seed_everything as _lightning_seed_everything
+
+from lightning_anyaccel import runtime
+from lightning_anyaccel.accelerator import AnyAccelerator
+from lightning_anyaccel.checkpoint import portable_map_location
+from lightning_anyaccel.fabric.strategies import AnyDDPStrategy, AnyMultiProcessingLauncher, AnySingleDeviceStrategy
+
+
+def register() -> None:
+    """Register the package's accelerator and strategy names in Fabric's registries (done at import)."""
+    AnyAccelerator.register_accelerators(ACCELERATOR_REGISTRY)
+    AnySingleDeviceStrategy.register_strategies(STRATEGY_REGISTRY)
+    AnyDDPStrategy.register_strategies(STRATEGY_REGISTRY)
+
+
+def seed_everything(seed: int | None = None, workers: bool = True, device_type: str | None = None) -> int:
+    """``Fabric.seed_everything`` plus the device's own generators (``torch.manual_seed`` skips HPU's).
+
+    ``AnyAccelerator`` seeds the device when a process starts if a seed was set before
+    ``fabric.launch()``; call this instead of ``fabric.seed_everything`` to seed *after* launch
+    on every device type. ``device_type`` defaults to what ``torch.accelerator`` reports.
+
+    >>> seed_everything(7, device_type="cpu")
+    7
+    """
+    value = _lightning_seed_everything(seed, workers=workers, verbose=False)
+    device_type = device_type or runtime.detect_device_type()
+    if runtime.is_available(device_type):
+        runtime.seed(device_type, value)
+    return value
+
+
+register()
+
+__all__ = [
+    "AnyAccelerator",
+    "AnyDDPStrategy",
+    "AnyMultiProcessingLauncher",
+    "AnySingleDeviceStrategy",
+    "portable_map_location",
+    "register",
+    "seed_everything",
+]
