@@ -57,7 +57,7 @@ def test_trainer_resumes_from_a_device_checkpoint(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="(?i)xpu"):
         DemoModel.load_from_checkpoint(path)
 
-    # ... the package's strategies resume from it (continuing at step 3) ...
+    # ... resuming with the package's strategies works (Lightning reads onto CPU first), from step 3 ...
     model = DemoModel()
     resumed = _trainer(strategy="any_single", devices=1, max_steps=6, enable_checkpointing=False)
     resumed.fit(model, demo_loader(), ckpt_path=path)

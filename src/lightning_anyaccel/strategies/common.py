@@ -28,8 +28,6 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
-from lightning_anyaccel import runtime
-from lightning_anyaccel.checkpoint import portable_map_location
 from lightning_anyaccel.devices import get_spec
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
 from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
@@ -91,16 +89,6 @@ class AnyStrategyMixin:
         """Everything that can be checked in the launching process, before any worker starts."""
         self._check_accelerator()
         self._align_precision()
-
-    def _load_portable(self, load: Callable[..., Any], path: Any, **kwargs: Any) -> Any:
-        """Load a checkpoint with tensors of missing devices remapped to CPU."""
-        from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-
-        runtime.empty_cache(self.device_type)
-        io = getattr(self, "checkpoint_io", None)
-        if isinstance(io, TorchCheckpointIO):
-            return io.load_checkpoint(path, map_location=portable_map_location, **kwargs)
-        return load(path, **kwargs)
 
     @classmethod
     @override

@@ -65,9 +65,6 @@ class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
             ddp_comm_hook=self._ddp_comm_hook,
         )
 
-    @override
-    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
-        return self._load_portable(super().load_checkpoint, checkpoint_path, weights_only=weights_only)
 
 
 __all__ = ["AnyDDPStrategy", "AnyMultiProcessingLauncher", "START_METHODS"]

@@ -16,10 +16,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
 from lightning.pytorch.strategies import SingleDeviceStrategy
-from typing_extensions import override
 
 from lightning_anyaccel.strategies.common import LazyDeviceMixin
 
@@ -35,6 +32,3 @@ class AnySingleDeviceStrategy(LazyDeviceMixin, SingleDeviceStrategy):
 
     strategy_name = "any_single"
 
-    @override
-    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
-        return self._load_portable(super().load_checkpoint, checkpoint_path, weights_only=weights_only)
