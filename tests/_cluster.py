@@ -236,6 +236,22 @@ class SlurmCluster:
         return subprocess.run(list(args), env={**os.environ, **self.env}, capture_output=True, text=True,
                               timeout=timeout, cwd=ROOT)
 
+    def wait_for_job(self, job_id: str, timeout: float) -> str:
+        """Poll until the job leaves the queue (``sbatch --wait`` polls every few seconds); its final state.
+
+        Without accounting, the state comes from ``scontrol show job`` (kept for MinJobAge, 300 s).
+        A job still running at ``timeout`` is cancelled and reported as ``TIMEOUT(test)``.
+        """
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            info = self.run("scontrol", "-o", "show", "job", job_id, timeout=10).stdout
+            state = next((f.split("=", 1)[1] for f in info.split() if f.startswith("JobState=")), "UNKNOWN")
+            if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+                return state
+            time.sleep(0.5)
+        self.run("scancel", job_id, timeout=10)
+        return "TIMEOUT(test)"
+
 
 @contextmanager
 def slurm_cluster(workdir: Path, start_timeout: float = 60) -> Iterator[SlurmCluster]:

@@ -178,13 +178,15 @@ def test_slurm_sbatch_and_srun(tmp_path: Path) -> None:
     with slurm_cluster(tmp_path / "slurm") as cluster:
         out = tmp_path / "out"
         job_env = f"--export=ALL,MASTER_ADDR=127.0.0.1,MASTER_PORT={free_port()},OMP_NUM_THREADS=1"
-        done = cluster.run("sbatch", "--parsable", "--wait", f"--output={tmp_path}/job.out", job_env,
-                           str(LAUNCH / "slurm.sbatch"), PYTHON, *train_args(out), timeout=180)
+        submitted = cluster.run("sbatch", "--parsable", f"--output={tmp_path}/job.out", job_env,
+                                str(LAUNCH / "slurm.sbatch"), PYTHON, *train_args(out))
+        assert submitted.returncode == 0, submitted.stderr
+        state = cluster.wait_for_job(submitted.stdout.strip().split(";")[0], timeout=150)
         log = (tmp_path / "job.out").read_text(errors="replace") if (tmp_path / "job.out").exists() else ""
-        assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{log[-3000:]}"
+        assert state == "COMPLETED", f"{state}\n{log[-3000:]}"
         assert_trained(out, "SLURMEnvironment")
 
-        refused = cluster.run("srun", "-N", "2", "-n", "4", "--kill-on-bad-exit=1", job_env, PYTHON,
+        refused = cluster.run("srun", "-n", "2", "--kill-on-bad-exit=1", job_env, PYTHON,
                               *train_args(tmp_path / "refused"), timeout=120)
         assert refused.returncode != 0
         assert "--ntasks-per-node" in refused.stdout + refused.stderr
