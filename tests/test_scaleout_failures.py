@@ -53,8 +53,9 @@ def test_killed_rank_ends_the_whole_job(tmp_path: Path) -> None:
     results = run_nodes(tmp_path, out, "--max-epochs", "20", "--timeout", "60", "--die-rank", "3", "--die-at-step", "2")
     # documented bound: the others stop within 15 s of the death (no timeout involved)
     logs = assert_all_failed(results, within_s=STARTUP_S + 15)
-    assert "Connection closed by peer" in logs or "Child process with PID" in logs or "terminated with code" in logs
-    assert "[lightning_anyaccel] rank" in logs  # names the rank and what happened
+    assert "Connection closed by peer" in logs or "Connection reset by peer" in logs
+    for rank in (0, 1, 2):  # every survivor says which rank it is and why it stops
+        assert f"[lightning_anyaccel] rank {rank}/4: a collective failed" in logs
     assert not reports(out)
     assert_no_orphans(out)
 
