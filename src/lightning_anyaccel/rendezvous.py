@@ -198,11 +198,6 @@ class Deadline:
         self._done.set()
 
 
-def exit_within(seconds: float, message: str) -> None:
-    """End the process after ``seconds`` unless it exited by itself first (after a fatal error)."""
-    Deadline(seconds, message).__enter__()
-
-
 def watch_parent(parent_pid: int, rank: int, period_s: float = 0.5) -> threading.Thread | None:
     """End this process when ``parent_pid`` (the launching process) is no longer its parent.
 
@@ -231,7 +226,6 @@ __all__ = [
     "check_layout",
     "configure_socket_interface",
     "default_timeout",
-    "exit_within",
     "interface_towards",
     "is_loopback",
     "watch_parent",
