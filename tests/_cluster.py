@@ -290,6 +290,11 @@ def slurm_cluster(workdir: Path, start_timeout: float = 60) -> Iterator[SlurmClu
         _wait_for(nodes_idle, start_timeout, "two idle slurm nodes", workdir)
         yield cluster
     finally:
+        if len(procs) == 4:  # cancel what is left, so slurmd's step daemons end before slurmd does
+            subprocess.run(["scancel", "--full", "--user=root"], env={**os.environ, **env}, capture_output=True,
+                           timeout=30, check=False)
+            _wait_quietly(lambda: not subprocess.run(["squeue", "-h"], env={**os.environ, **env},
+                                                     capture_output=True, text=True, timeout=10).stdout.strip(), 20)
         for proc in reversed(procs):
             try:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -301,6 +306,17 @@ def slurm_cluster(workdir: Path, start_timeout: float = 60) -> Iterator[SlurmClu
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+def _wait_quietly(predicate, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if predicate():
+                return
+        except (OSError, subprocess.SubprocessError):
+            pass
+        time.sleep(0.5)
 
 
 def _wait_for(predicate, timeout: float, what: str, workdir: Path) -> None:
