@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import torch
@@ -28,6 +29,8 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
+from lightning_anyaccel import rendezvous
+from lightning_anyaccel.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.devices import get_spec
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
 from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
@@ -84,6 +87,20 @@ class AnyStrategyMixin:
         """Ask the device (in the worker process, after ``setup_device``) whether it can do the precision."""
         precision = getattr(getattr(self, self._precision_attr), "precision", "")
         check_device_supports(str(precision), self.root_device)
+
+    @property
+    def checkpoint_io(self) -> Any:
+        """Lightning's checkpoint IO, defaulting to :class:`AtomicCheckpointIO` (a kill mid-save keeps the old file).
+
+        Set lazily rather than in ``__init__``, so ``plugins=[MyCheckpointIO()]`` still works.
+        """
+        if self._checkpoint_io is None:
+            self._checkpoint_io = AtomicCheckpointIO()
+        return super().checkpoint_io  # type: ignore[misc]
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: Any) -> None:
+        self._checkpoint_io = io
 
     def _validate_device_setup(self) -> None:
         """Everything that can be checked in the launching process, before any worker starts."""
@@ -169,6 +186,17 @@ class AnyDistributedMixin(AnyStrategyMixin):
     #: The front end's multiprocessing launcher class with :class:`SafeLaunchMixin` mixed in.
     _launcher_class: ClassVar[type]
     strategy_name: ClassVar[str] = "any_ddp"
+
+    def __init__(self, *args: Any, timeout: timedelta | None = None, **kwargs: Any) -> None:
+        """``timeout=None`` means :func:`~lightning_anyaccel.rendezvous.default_timeout` (10 min, or
+        ``$LIGHTNING_ANYACCEL_TIMEOUT`` seconds)."""
+        super().__init__(*args, timeout=timeout or rendezvous.default_timeout(), **kwargs)
+
+    @property
+    def timeout(self) -> timedelta:
+        """How long any rank waits for the others (rendezvous and every collective)."""
+        assert self._timeout is not None
+        return self._timeout
 
     def _resolve_backend(self) -> str:
         return resolve_backend(self.root_device, self._process_group_backend)

@@ -1,0 +1,192 @@
+"""Every launch path, end to end on CPU: 2 "nodes" x 2 processes through the files in scripts/launch/.
+
+Addresses: 127.0.0.1, or the test's own network namespaces. Tests needing root or a tool
+that is missing here skip with the reason; ``.ci/run`` installs the tools so CI runs them all.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from _cluster import (
+    LAUNCH,
+    PYTHON,
+    Job,
+    alive_pids,
+    free_port,
+    isolated_netns,
+    kill_pids,
+    missing,
+    not_root,
+    reports,
+    slurm_cluster,
+    train_args,
+    veth_hosts,
+)
+
+pytestmark = pytest.mark.slow
+VENV_BIN = Path(sys.executable).parent
+MPICH = VENV_BIN / "mpiexec"
+
+
+def assert_trained(out: Path, environment: str, world_size: int = 4, per_node: int = 2) -> dict[int, dict]:
+    """Every rank finished, with the right place in the job and the same weights."""
+    found = reports(out)
+    assert sorted(found) == list(range(world_size)), f"ranks that finished: {sorted(found)}"
+    for rank, report in found.items():
+        assert report["world_size"] == world_size
+        assert report["environment"] == environment
+        assert (report["node_rank"], report["local_rank"]) == divmod(rank, per_node), report
+        assert report["global_step"] > 0
+    assert len({tuple(r["weights"]) for r in found.values()}) == 1, "ranks ended with different weights"
+    leftovers = alive_pids(out)
+    kill_pids(leftovers)
+    assert not leftovers, f"processes outlived the job: {leftovers}"
+    return found
+
+
+def test_env_vars_on_localhost(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    with Job(env=env) as job:
+        for node in (0, 1):
+            job.spawn(["bash", str(LAUNCH / "env_vars.sh"), PYTHON, *train_args(out)], tmp_path / f"node{node}.log",
+                      env={"NODE_RANK": str(node)})
+        results = job.wait(timeout=150)
+    assert [r.returncode for r in results] == [0, 0], results[-1].output[-3000:]
+    assert_trained(out, "LightningEnvironment")
+
+
+@pytest.mark.skipif(bool(not_root() or missing("ip")), reason=str(not_root() or missing("ip")))
+def test_two_hosts_in_network_namespaces(tmp_path: Path) -> None:
+    """Each node in its own namespace; gloo must use the veth, not the loopback the host name resolves to."""
+    tag = f"{os.getpid() % 10000}"
+    with veth_hosts(tag) as hosts:
+        main = hosts[0].address
+        out = tmp_path / "out"
+        with Job(env={"MASTER_ADDR": main, "MASTER_PORT": str(free_port())}) as job:
+            for node, host in enumerate(hosts):
+                job.spawn(["ip", "netns", "exec", host.name, "bash", str(LAUNCH / "env_vars.sh"), PYTHON,
+                           *train_args(out, "--timeout", "30")], tmp_path / f"node{node}.log",
+                          env={"NODE_RANK": str(node)})
+            results = job.wait(timeout=150)
+        assert [r.returncode for r in results] == [0, 0], results[-1].output[-3000:]
+        found = assert_trained(out, "LightningEnvironment")
+        # the package derived the interface from MASTER_ADDR on every rank
+        assert {found[r]["gloo_ifname"] for r in (0, 1)} == {hosts[0].interface}
+        assert {found[r]["gloo_ifname"] for r in (2, 3)} == {hosts[1].interface}
+
+        # Control: force gloo onto loopback (what happens without the derivation). The job
+        # must not train, and every process must end within the timeout (15 s) plus margin.
+        out = tmp_path / "control"
+        with Job(env={"MASTER_ADDR": main, "MASTER_PORT": str(free_port()), "GLOO_SOCKET_IFNAME": "lo"}) as job:
+            for node, host in enumerate(hosts):
+                job.spawn(["ip", "netns", "exec", host.name, "bash", str(LAUNCH / "env_vars.sh"), PYTHON,
+                           *train_args(out, "--timeout", "15")], tmp_path / f"control{node}.log",
+                          env={"NODE_RANK": str(node)})
+            results = job.wait(timeout=90)
+        assert all(r.returncode not in (0, None) for r in results), [(r.returncode, r.seconds) for r in results]
+        assert not reports(out)
+        assert any("Gloo connectFullMesh failed" in r.output or "lightning_anyaccel" in r.output for r in results)
+        leftovers = alive_pids(out)
+        kill_pids(leftovers)
+        assert not leftovers
+
+
+@pytest.mark.skipif(not (VENV_BIN / "torchrun").exists(), reason="torchrun not next to this python")
+def test_torchrun_c10d(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = {"RDZV_HOST": "127.0.0.1", "RDZV_PORT": str(free_port()), "TORCHRUN": str(VENV_BIN / "torchrun"),
+           "RDZV_TIMEOUT": "60"}
+    with Job(env=env) as job:
+        for node in (0, 1):
+            job.spawn(["bash", str(LAUNCH / "torchrun.sh"), *train_args(out)], tmp_path / f"node{node}.log")
+        results = job.wait(timeout=150)
+    assert [r.returncode for r in results] == [0, 0], results[-1].output[-3000:]
+    assert_trained(out, "TorchElasticEnvironment")
+
+
+@pytest.mark.skipif(bool(missing("mpirun") or not_root() or missing("ip")),
+                    reason=str(missing("mpirun") or not_root() or missing("ip")))
+def test_openmpi_mpiexec(tmp_path: Path) -> None:
+    """Open MPI with two simulated nodes (its per-node daemons started through fake_rsh).
+
+    Runs in a namespace with only loopback so the made-up node names never reach a resolver.
+    """
+    out = tmp_path / "out"
+    env = {
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "MPIEXEC": "mpirun",
+        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_btl": "self,tcp",
+        "MPIEXEC_EXTRA_ARGS": f"--mca plm_rsh_agent {LAUNCH / 'fake_rsh'} -H nodea:2,nodeb:2",
+        "TMPDIR": str(tmp_path),
+    }
+    with isolated_netns(f"ompi{os.getpid() % 10000}") as netns, Job(env=env) as job:
+        job.spawn(["ip", "netns", "exec", netns, "bash", str(LAUNCH / "mpiexec.sh"), PYTHON, *train_args(out)],
+                  tmp_path / "mpirun.log")
+        results = job.wait(timeout=150)
+    assert results[0].returncode == 0, results[0].output[-3000:]
+    assert_trained(out, "AnyMPIEnvironment")
+
+
+@pytest.mark.skipif(not MPICH.exists(), reason="MPICH's mpiexec not installed (pip install mpich; CI does)")
+def test_mpich_through_the_pbs_script(tmp_path: Path) -> None:
+    """The Aurora PBS script with MPICH's Hydra: two simulated nodes from a PBS node file."""
+    out = tmp_path / "out"
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("localhost\n127.0.0.1\n")
+    env = {
+        "PBS_NODEFILE": str(nodefile), "PPN": "2", "MASTER_PORT": str(free_port()), "MPIEXEC": str(MPICH),
+        "MPIEXEC_EXTRA_ARGS": "-launcher fork -hosts localhost:2,127.0.0.1:2",
+    }
+    with Job(env=env) as job:
+        job.spawn(["bash", str(LAUNCH / "aurora.pbs"), PYTHON, *train_args(out)], tmp_path / "mpiexec.log")
+        results = job.wait(timeout=150)
+    assert results[0].returncode == 0, results[0].output[-3000:]
+    assert_trained(out, "AnyMPIEnvironment")
+
+
+def test_mpiexec_with_a_mismatched_trainer_fails_fast_on_every_rank(tmp_path: Path) -> None:
+    """Lightning's MPIEnvironment crashes two ranks and leaves two waiting 30 min; ours refuses at once."""
+    if not MPICH.exists():
+        pytest.skip("MPICH's mpiexec not installed (pip install mpich; CI does)")
+    out = tmp_path / "out"
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    with Job(env=env) as job:
+        # one node of 4 processes, but the Trainer is told 2 nodes x 2
+        job.spawn([str(MPICH), "-n", "4", PYTHON, *train_args(out)], tmp_path / "mpiexec.log")
+        results = job.wait(timeout=90)
+    assert results[0].returncode not in (0, None)
+    assert results[0].seconds < 60
+    # the first ranks to refuse end the job (mpiexec stops the others), no rank waits
+    assert "started 4 processes on this node, but the Trainer has devices=2" in results[0].output
+    assert not reports(out)
+    leftovers = alive_pids(out)
+    kill_pids(leftovers)
+    assert not leftovers
+
+
+SLURM_REASON = not_root() or missing("slurmctld", "slurmd", "munged", "sbatch")
+
+
+@pytest.mark.skipif(bool(SLURM_REASON), reason=str(SLURM_REASON))
+def test_slurm_sbatch_and_srun(tmp_path: Path) -> None:
+    """A real slurmctld with two slurmd: the sbatch script trains; `srun -n 4` alone is refused."""
+    with slurm_cluster(tmp_path / "slurm") as cluster:
+        out = tmp_path / "out"
+        job_env = f"--export=ALL,MASTER_ADDR=127.0.0.1,MASTER_PORT={free_port()},OMP_NUM_THREADS=1"
+        submitted = cluster.run("sbatch", "--parsable", f"--output={tmp_path}/job.out", job_env,
+                                str(LAUNCH / "slurm.sbatch"), PYTHON, *train_args(out))
+        assert submitted.returncode == 0, submitted.stderr
+        state = cluster.wait_for_job(submitted.stdout.strip().split(";")[0], timeout=150)
+        log = (tmp_path / "job.out").read_text(errors="replace") if (tmp_path / "job.out").exists() else ""
+        assert state == "COMPLETED", f"{state}\n{log[-3000:]}"
+        assert_trained(out, "SLURMEnvironment")
+
+        refused = cluster.run("srun", "-n", "2", "--kill-on-bad-exit=1", job_env, PYTHON,
+                              *train_args(tmp_path / "refused"), timeout=120)
+        assert refused.returncode != 0
+        assert "--ntasks-per-node" in refused.stdout + refused.stderr
