@@ -59,7 +59,12 @@ class AnyFSDPPrecision(FSDPPrecision):
 
     def __init__(self, precision: Any, scaler: Any = None, device: str = "cuda") -> None:
         check_precision(precision, device)
-        super().__init__(precision, scaler=scaler if scaler is not None else sharded_grad_scaler(precision, device))
+        if scaler is not None and precision != "16-mixed":
+            raise ValueError(f"precision={precision!r} does not use a scaler, found {scaler}.")
+        # Lightning's __init__ refuses any scaler (it checks before setting `precision`) and builds
+        # a CUDA one for 16-mixed, so the device's scaler is set afterwards.
+        super().__init__(precision)
+        self.scaler = scaler if scaler is not None else sharded_grad_scaler(precision, device)
         self.device = device
 
     @override

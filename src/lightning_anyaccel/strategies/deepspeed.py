@@ -98,7 +98,7 @@ class AnyDeepSpeedStrategy(AnyShardedMixin, DeepSpeedStrategy):
         name = self._spec.deepspeed_accelerator
         if name is None:
             raise ShardingNotSupportedError(
-                f"DeepSpeed has no back end for {self._spec.name} ({self.device_type!r}); it runs on"
+                f"DeepSpeed is not enabled for {self._spec.name} ({self.device_type!r}) in the device table; it runs on"
                 f" {', '.join(deepspeed_device_types())}. Use strategy='any_fsdp' or 'any_fsdp2' to shard on"
                 f" {self.device_type!r}."
             )
@@ -117,8 +117,8 @@ class AnyDeepSpeedStrategy(AnyShardedMixin, DeepSpeedStrategy):
 
     @override
     def _validate_device_setup(self) -> None:
+        self._select_deepspeed_accelerator()  # first: "DeepSpeed does not run here" beats a backend message
         super()._validate_device_setup()
-        self._select_deepspeed_accelerator()
 
     @override
     def _configure_launcher(self) -> None:
