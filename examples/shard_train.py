@@ -7,15 +7,17 @@ Used by the tests (``tests/test_sharding_cpu.py``) and by ``docs/memory_table.py
 ``--strategy``: ``ddp``, ``fsdp`` (full checkpoints), ``fsdp_sharded``, ``fsdp2`` (distributed
 checkpoints), ``fsdp2_full``, ``deepspeed_1``, ``deepspeed_2``, ``deepspeed_3``,
 ``deepspeed_2_offload``. Every rank records its losses, how many parameter and optimizer-state
-elements it holds, and its peak memory growth (peak RSS on CPU) since just before the model was built.
+elements it holds, and its peak live memory (sampled at every step boundary) above what it held
+just before the model was built. On CPU that is host memory in use (glibc ``mallinfo2``), not RSS:
+the allocator keeps freed pages, so RSS shows FSDP's unsharded start-up copy forever.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
-import resource
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +102,12 @@ def build_strategy(name: str) -> Any:
         return AnyModelParallelStrategy(tensor_parallel_size=1, save_distributed_checkpoint=name == "fsdp2")
     if name.startswith("deepspeed_"):
         stage = int(name.split("_")[1])
-        strategy = AnyDeepSpeedStrategy(stage=stage, offload_optimizer=name.endswith("offload"))
+        # Lightning's default buckets hold 2e8 elements each (800 MB in fp32) whatever the model size;
+        # size them to the model, or they dwarf what ZeRO saves on a small one
+        buckets = 2_000_000
+        strategy = AnyDeepSpeedStrategy(stage=stage, offload_optimizer=name.endswith("offload"),
+                                        reduce_bucket_size=buckets, allgather_bucket_size=buckets,
+                                        sub_group_size=buckets)
         # a torch optimizer with ZeRO-Offload: no DeepSpeedCPUAdam to compile (slow on small machines)
         strategy.config["zero_force_ds_cpu_optimizer"] = False
         return strategy
@@ -127,15 +134,58 @@ def optimizer_state_numel(optimizer: Any) -> int:
                if isinstance(v, torch.Tensor) and v.dim() > 0)
 
 
-class Report(Callback):
-    """Writes one JSON file per rank at the end of fit."""
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
 
-    def __init__(self, out: str, rss_before: int) -> None:
+
+def live_host_bytes() -> int:
+    """Bytes the process has allocated and not freed (glibc ``mallinfo2``: heap in use + mmapped chunks).
+
+    Unlike RSS this drops when tensors are freed, so it shows what a rank holds, not what the
+    allocator kept. Falls back to RSS where glibc is not there.
+    """
+    try:
+        info = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return psutil.Process().memory_info().rss
+    info.restype = _MallInfo2
+    result = info()
+    return int(result.uordblks + result.hblkhd)
+
+
+def live_device_bytes(device: torch.device) -> int:
+    """Bytes allocated on ``device`` (host bytes on CPU, where the model lives in host memory)."""
+    if device.type == "cpu":
+        return live_host_bytes()
+    return int(torch.accelerator.memory_allocated(device.index))
+
+
+class Report(Callback):
+    """Samples live memory at every step boundary; writes one JSON file per rank at the end of fit."""
+
+    def __init__(self, out: str, before: int) -> None:
         self.out = out
-        self.rss_before = rss_before
+        self.before = before
+        self.peak = before
+
+    def _sample(self, trainer: L.Trainer) -> None:
+        self.peak = max(self.peak, live_device_bytes(trainer.strategy.root_device))
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self._sample(trainer)
+
+    def on_after_backward(self, trainer: L.Trainer, *args: Any) -> None:
+        self._sample(trainer)
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, *args: Any) -> None:
+        self._sample(trainer)
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        self._sample(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: WideMLP) -> None:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         record = {
             "rank": trainer.global_rank,
             "strategy": type(trainer.strategy).__name__,
@@ -144,7 +194,7 @@ class Report(Callback):
             "total_numel": pl_module.total_numel,
             "param_numel": sum(local_numel(p) for p in trainer.strategy.model.parameters()),
             "optimizer_state_numel": optimizer_state_numel(trainer.optimizers[0]),
-            "peak_growth_mib": (peak - self.rss_before) / 2**20,
+            "peak_mib": (self.peak - self.before) / 2**20,
         }
         Path(self.out, f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
 
@@ -164,9 +214,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     L.seed_everything(1234, verbose=False)
     torch.set_num_threads(1)
-    rss_before = psutil.Process().memory_info().rss
+    before = live_host_bytes()
     model = WideMLP(args.width, args.depth)
-    callbacks: list[Callback] = [Report(args.out, rss_before)]
+    callbacks: list[Callback] = [Report(args.out, before)]
     if args.ckpt_dir:
         callbacks.append(ModelCheckpoint(dirpath=args.ckpt_dir, save_last=True, save_top_k=0, every_n_epochs=1))
     trainer = L.Trainer(
