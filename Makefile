@@ -6,6 +6,7 @@
 VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
+DEEPSPEED_SPEC ?= deepspeed==0.19.8
 STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 
 .PHONY: install run test bench lab clean
@@ -17,6 +18,9 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 	@# never replace a torch that is already importable (vendor builds)
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH_SPEC)"
 	$(PYTHON) -m pip install -e ".[test]"
+	@# DeepSpeed for the sharding tests, built without ops (they compile at first use); `--no-deps`
+	@# plus its own requirements so pip can never swap the torch build.
+	DS_BUILD_OPS=0 $(PYTHON) -m pip install --no-deps "$(DEEPSPEED_SPEC)" hjson msgpack ninja py-cpuinfo pydantic einops
 	@mkdir -p $(dir $@) && touch $@
 
 install: $(STAMP)

@@ -6,9 +6,10 @@ Importing the package registers, for the Trainer:
   device type Lightning has no accelerator for (``"xpu"``, ``"hpu"``, ``"npu"``, ``"sdaa"``,
   ``"mlu"``, ``"musa"``); ``"cpu"``, ``"cuda"`` and ``"mps"`` stay Lightning's;
 - strategies ``"any_single"``, ``"any_ddp"``, ``"any_ddp_spawn"``, ``"any_ddp_fork"`` and
-  ``"any_ddp_notebook"``;
+  ``"any_ddp_notebook"``; sharded: ``"any_fsdp"``, ``"any_fsdp_cpu_offload"``, ``"any_fsdp2"``
+  (``"any_model_parallel"``) and ``"any_deepspeed"``, ``"any_deepspeed_stage_{1,2,3}"`` (``_offload``);
 
-and the same names in Lightning Fabric's registries (see :mod:`lightning_anyaccel.fabric`).
+and the DDP names in Lightning Fabric's registries (see :mod:`lightning_anyaccel.fabric`).
 
 Example:
     >>> from lightning import Trainer
@@ -29,7 +30,16 @@ from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, get_spec, regis
 from lightning_anyaccel.distributed import BackendError, ForkAfterInitError, resolve_backend  # noqa: E402
 from lightning_anyaccel.precision import PrecisionNotSupportedError  # noqa: E402
 from lightning_anyaccel.runtime import DeviceNotAvailableError, detect_device_type  # noqa: E402
-from lightning_anyaccel.strategies import AnyDDPStrategy, AnySingleDeviceStrategy  # noqa: E402
+from lightning_anyaccel.sharded_precision import AnyFSDPPrecision  # noqa: E402
+from lightning_anyaccel.strategies import (  # noqa: E402
+    AnyDDPStrategy,
+    AnyDeepSpeedStrategy,
+    AnyFSDPStrategy,
+    AnyModelParallelStrategy,
+    AnySingleDeviceStrategy,
+    DeepSpeedNotInstalledError,
+    ShardingNotSupportedError,
+)
 
 __version__ = "0.1.0"
 
@@ -39,6 +49,9 @@ def register() -> None:
     AnyAccelerator.register_accelerators(AcceleratorRegistry)
     AnySingleDeviceStrategy.register_strategies(StrategyRegistry)
     AnyDDPStrategy.register_strategies(StrategyRegistry)
+    AnyFSDPStrategy.register_strategies(StrategyRegistry)
+    AnyModelParallelStrategy.register_strategies(StrategyRegistry)
+    AnyDeepSpeedStrategy.register_strategies(StrategyRegistry)
 
 
 register()
@@ -49,13 +62,19 @@ __all__ = [
     "DEVICE_TABLE",
     "AnyAccelerator",
     "AnyDDPStrategy",
+    "AnyDeepSpeedStrategy",
+    "AnyFSDPPrecision",
+    "AnyFSDPStrategy",
+    "AnyModelParallelStrategy",
     "AnySingleDeviceStrategy",
     "BackendError",
+    "DeepSpeedNotInstalledError",
     "DeviceCountError",
     "DeviceNotAvailableError",
     "DeviceSpec",
     "ForkAfterInitError",
     "PrecisionNotSupportedError",
+    "ShardingNotSupportedError",
     "__version__",
     "accelerator_class",
     "detect_device_type",

@@ -50,6 +50,12 @@ class DeviceSpec:
         lightning_builtin: the name of Lightning's own accelerator for this device, if any.
             Such names stay Lightning's; ours is reachable as an instance or as ``"any"``.
         profiler_activity: the ``torch.profiler.ProfilerActivity`` name for this device.
+        deepspeed_accelerator: the name DeepSpeed's accelerator layer (``DS_ACCELERATOR``) uses for
+            this device, or ``None`` when DeepSpeed does not run on it (checked against deepspeed
+            0.19.8's ``SUPPORTED_ACCELERATOR_LIST``).
+        fsdp_full_state_offload: whether FSDP may ``offload_to_cpu`` while gathering a full state
+            dict. ``False`` for CPU: the "offload" is a no-op there and torch frees the storage it
+            is still reading (segfault; Lightning-AI/pytorch-lightning#21804, pytorch/pytorch#188989).
         notes: one line for the support matrix.
     """
 
@@ -68,6 +74,8 @@ class DeviceSpec:
     ddp_side_stream: bool = False
     lightning_builtin: str | None = None
     profiler_activity: str | None = None
+    deepspeed_accelerator: str | None = None
+    fsdp_full_state_offload: bool = True
     notes: str = ""
 
     def supports_precision(self, precision: str) -> bool:
@@ -95,6 +103,8 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             lightning_builtin="cpu",
             profiler_activity="CPU",
             notes="Processes, not devices: `devices=N` starts N processes.",
+            deepspeed_accelerator="cpu",
+            fsdp_full_state_offload=False,
         ),
         DeviceSpec(
             type="cuda",
@@ -106,6 +116,7 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             lightning_builtin="cuda",
             profiler_activity="CUDA",
             notes="Lightning has its own CUDAAccelerator; ours gives the same behaviour through the generic path.",
+            deepspeed_accelerator="cuda",
         ),
         DeviceSpec(
             type="xpu",
@@ -115,6 +126,7 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             install="pip install torch --index-url https://download.pytorch.org/whl/xpu",
             profiler_activity="XPU",
             notes="Stock PyTorch >= 2.8 ships XCCL; intel_extension_for_pytorch is not needed.",
+            deepspeed_accelerator="xpu",
         ),
         DeviceSpec(
             type="hpu",
@@ -129,6 +141,7 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             memory_stats="device_module",
             profiler_activity="HPU",
             notes="torch's backend map says 'fake' for hpu once Lightning is imported; we use hccl.",
+            deepspeed_accelerator="hpu",
         ),
         DeviceSpec(
             type="npu",
@@ -140,6 +153,7 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             private_use1=True,
             memory_stats="device_module",
             profiler_activity="PrivateUse1",
+            deepspeed_accelerator="npu",
         ),
         DeviceSpec(
             type="sdaa",

@@ -31,7 +31,7 @@ from typing_extensions import override
 
 from lightning_anyaccel import rendezvous
 from lightning_anyaccel.checkpoint import AtomicCheckpointIO
-from lightning_anyaccel.devices import get_spec
+from lightning_anyaccel.devices import DeviceSpec, get_spec
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
 from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
 
@@ -270,6 +270,51 @@ class AnyDistributedMixin(AnyStrategyMixin):
                 start_method=start_method,
                 override=True,
             )
+
+
+class ShardingNotSupportedError(ValueError):
+    """The sharded strategy cannot run with this device or these options."""
+
+
+class AnyShardedMixin(AnyDistributedMixin):
+    """Overrides shared by the sharded strategies (FSDP, FSDP2/model-parallel, DeepSpeed).
+
+    Sharding splits parameters, gradients and optimizer state across processes, so it needs a
+    collective backend on the device; the process group is bound to the device when it has an
+    index, and every device mesh is built on the strategy's device type (Lightning builds FSDP
+    meshes on ``"cuda"``, audit row 25).
+    """
+
+    #: How the strategy is called in messages.
+    _sharding_name: str = "Sharded training"
+    _start_method: str = "popen"
+
+    @property
+    def _spec(self) -> DeviceSpec:
+        return get_spec(self.device_type)
+
+    def _check_sharding(self) -> None:
+        """Refuse devices without collectives (e.g. ``mps``) before any process starts."""
+        if self._spec.backend is None:
+            raise ShardingNotSupportedError(
+                f"{self._sharding_name} splits the model across processes, but {self._spec.name}"
+                f" ({self.device_type!r}) has no collective backend and runs one device per machine."
+                " Use strategy='any_single' there, or a device type with several devices."
+            )
+
+    def _validate_device_setup(self) -> None:
+        self._check_sharding()
+        super()._validate_device_setup()
+
+    def _process_group_device(self) -> torch.device | None:
+        """The device to bind the process group to: the root device when it has an index (not on CPU)."""
+        return self.root_device if self.root_device.index is not None else None
+
+    def _init_device_mesh(self, shape: tuple[int, ...], names: tuple[str, ...] | None = None) -> Any:
+        """A ``DeviceMesh`` of ``shape`` on the strategy's device type."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh(self.device_type, tuple(shape), mesh_dim_names=names)
 
 
 class SafeLaunchMixin:

@@ -1,0 +1,76 @@
+"""FSDP mixed precision on the accelerator's own device type.
+
+Lightning's ``FSDPPrecision`` autocasts on ``"cuda"`` and builds ``ShardedGradScaler()``, whose
+device defaults to ``"cuda"`` (audit row 9): on any other device autocast switches itself off
+and fp16 scaling fails. :class:`AnyFSDPPrecision` takes the device type like Lightning's
+``MixedPrecision(precision, device)`` does, so :func:`~lightning_anyaccel.precision.align_precision_plugin`
+can rebuild it for the strategy's device.
+
+Example:
+    >>> plugin = AnyFSDPPrecision("16-mixed", device="cpu")
+    >>> plugin.device, plugin.scaler._device
+    ('cpu', 'cpu')
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+from lightning.pytorch.plugins.precision import FSDPPrecision
+from typing_extensions import override
+
+from lightning_anyaccel.devices import PRECISION_DTYPES
+from lightning_anyaccel.precision import check_precision
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def sharded_grad_scaler(precision: str, device_type: str) -> Any:
+    """A ``ShardedGradScaler`` on ``device_type`` for ``16-mixed``; ``None`` for every other precision."""
+    if precision != "16-mixed":
+        return None
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    return ShardedGradScaler(device=device_type)
+
+
+def device_autocast(precision: str, device_type: str) -> AbstractContextManager | None:
+    """``torch.autocast`` on ``device_type`` for a mixed ``precision``; ``None`` when it is not mixed."""
+    dtype = PRECISION_DTYPES.get(precision)
+    if dtype is None:
+        return None
+    return torch.autocast(device_type, dtype=_DTYPES[dtype])
+
+
+class AnyFSDPPrecision(FSDPPrecision):
+    """Lightning's ``FSDPPrecision`` with autocast and the sharded grad scaler on ``device``.
+
+    Args:
+        precision: as for ``FSDPPrecision`` (``"bf16-mixed"``, ``"16-mixed"``, ``"32-true"``, ...).
+        scaler: a ``ShardedGradScaler`` of your own (``16-mixed`` only); default: one on ``device``.
+        device: the device type to autocast on. The strategies set it from their device, so users
+            rarely pass it.
+
+    Raises:
+        PrecisionNotSupportedError: ``device`` cannot autocast in ``precision``.
+    """
+
+    def __init__(self, precision: Any, scaler: Any = None, device: str = "cuda") -> None:
+        check_precision(precision, device)
+        if scaler is not None and precision != "16-mixed":
+            raise ValueError(f"precision={precision!r} does not use a scaler, found {scaler}.")
+        # Lightning's __init__ refuses any scaler (it checks before setting `precision`) and builds
+        # a CUDA one for 16-mixed, so the device's scaler is set afterwards.
+        super().__init__(precision)
+        self.scaler = scaler if scaler is not None else sharded_grad_scaler(precision, device)
+        self.device = device
+
+    @override
+    def forward_context(self) -> AbstractContextManager:
+        """Autocast on the plugin's device type (Lightning's targets ``"cuda"``)."""
+        return device_autocast(self.precision, self.device) or super().forward_context()
+
+
+__all__ = ["AnyFSDPPrecision", "device_autocast", "sharded_grad_scaler"]
