@@ -18,9 +18,11 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 	@# never replace a torch that is already importable (vendor builds)
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH_SPEC)"
 	$(PYTHON) -m pip install -e ".[test]"
-	@# DeepSpeed for the sharding tests, built without ops (they compile at first use); `--no-deps`
-	@# plus its own requirements so pip can never swap the torch build.
-	DS_BUILD_OPS=0 $(PYTHON) -m pip install --no-deps "$(DEEPSPEED_SPEC)" hjson msgpack ninja py-cpuinfo pydantic einops
+	@# DeepSpeed for the sharding tests, built without ops (they compile at first use): its
+	@# requirements other than torch first, then DeepSpeed itself with `--no-deps`, so pip can
+	@# never swap the torch build.
+	$(PYTHON) -m pip install hjson msgpack ninja py-cpuinfo "pydantic>=2" einops tqdm packaging numpy psutil
+	DS_BUILD_OPS=0 $(PYTHON) -m pip install --no-deps "$(DEEPSPEED_SPEC)"
 	@mkdir -p $(dir $@) && touch $@
 
 install: $(STAMP)
