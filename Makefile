@@ -16,7 +16,7 @@ $(VENV)/bin/python:
 $(STAMP): pyproject.toml | $(VENV)/bin/python
 	@# never replace a torch that is already importable (vendor builds)
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH_SPEC)"
-	$(PYTHON) -m pip install -e ".[test]"
+	$(PYTHON) -m pip install -e ".[test,docs]"
 	@mkdir -p $(dir $@) && touch $@
 
 install: $(STAMP)
