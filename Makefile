@@ -8,7 +8,7 @@ PYTHON ?= $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 
-.PHONY: install run test bench lab clean
+.PHONY: install run test bench docs lab clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -24,9 +24,22 @@ install: $(STAMP)
 run: install
 	$(PYTHON) -m lightning_anyaccel.verify
 	$(PYTHON) examples/train.py --devices 2 --max-epochs 3
+	$(MAKE) --no-print-directory docs
 
 test: install
 	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest --nbmake notebooks/
+
+# The documentation site, notebooks executed afresh (-E), every warning an error (-W).
+docs: install
+	$(PYTHON) -m sphinx -W --keep-going -E -b html . _build/html
+	@echo "site: _build/html/index.html"
+
+# JupyterLab on the notebooks, with this environment registered as the kernel "lightning-anyaccel".
+KERNEL ?= lightning-anyaccel
+lab: install
+	$(PYTHON) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python ($(KERNEL))"
+	$(PYTHON) -m jupyter lab --notebook-dir=notebooks --MappingKernelManager.default_kernel_name=$(KERNEL)
 
 clean:
-	rm -rf $(VENV) _build lightning_logs .pytest_cache
+	rm -rf $(VENV) _build lightning_logs .pytest_cache notebooks/runs

@@ -59,6 +59,7 @@ nbsphinx_allow_errors = False
 nbsphinx_timeout = 400            # per cell; a notebook's own metadata may set another
 nbsphinx_kernel_name = "python3"  # the interpreter running Sphinx (the project's environment)
 nbsphinx_requirejs_path = ""      # no widgets here; RequireJS only clashes with the theme's scripts
+nbsphinx_assume_equations = False # no MathJax from a CDN on notebook pages: the site works offline
 nbsphinx_prolog = """
 .. note::
 

@@ -105,20 +105,18 @@ class SupportMatrix(_TableDirective):
         for spec in DEVICE_TABLE.values():
             trainer_name = (f'`AnyAccelerator("{spec.type}")`' if spec.lightning_builtin
                             else f'`"{spec.type}"`')
-            precisions = ["`32-true`"] + [f"`{flag}`" for flag in PRECISION_DTYPES if spec.supports_precision(flag)]
+            mixed = [f"`{flag}`" for flag in PRECISION_DTYPES if spec.supports_precision(flag)]
             rows.append([
-                f"`{spec.type}`",
-                spec.name,
+                f"`{spec.type}` {spec.name}",
                 trainer_name,
                 f"`{spec.backend}`" if spec.backend else "none: one device only",
-                ", ".join(precisions),
-                "yes" if spec.backend else "no",
-                "safe" if spec.fork_safe_after_init else "unsafe (popen/spawn)",
+                ", ".join(mixed) or "none",
+                "safe" if spec.fork_safe_after_init else "unsafe: use popen/spawn",
                 _status(validation.get(spec.type, {})),
             ])
-        header = ["device type", "hardware", "Trainer accelerator", "collective backend", "precision",
-                  "multi-device", "fork after device init", "validation"]
-        return [_table(header, rows, classes=["anyaccel-support-matrix"])]
+        header = ["device", "Trainer(accelerator=...)", "collective backend", "mixed precision",
+                  "fork after device init", "validation"]
+        return [_table(header, rows, widths=[22, 18, 14, 16, 14, 16], classes=["anyaccel-support-matrix"])]
 
 
 class DeviceDetails(_TableDirective):
