@@ -28,7 +28,7 @@ run: install
 
 test: install
 	$(PYTHON) -m pytest
-	$(PYTHON) -m pytest --nbmake notebooks/
+	$(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
 
 # The documentation site, notebooks executed afresh (-E), every warning an error (-W).
 docs: install

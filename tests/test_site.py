@@ -38,6 +38,7 @@ NOTEBOOKS_WITH_PLOTS = ["02_single_card", "03_multi_card"]
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(BUILD_TIMEOUT_S + 120),  # the first test builds the site
     pytest.mark.skipif(not Path(CHROMIUM).exists(),
                        reason=f"no Chromium at {CHROMIUM}: apt-get install -y --no-install-recommends chromium"),
 ]
