@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 DEEPSPEED_SPEC ?= deepspeed==0.19.8
 STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 
-.PHONY: install run test bench lab clean
+.PHONY: install run test bench docs lab clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -17,7 +17,7 @@ $(VENV)/bin/python:
 $(STAMP): pyproject.toml | $(VENV)/bin/python
 	@# never replace a torch that is already importable (vendor builds)
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH_SPEC)"
-	$(PYTHON) -m pip install -e ".[test]"
+	$(PYTHON) -m pip install -e ".[test,docs]"
 	@# DeepSpeed for the sharding tests, built without ops (they compile at first use): its
 	@# requirements other than torch first, then DeepSpeed itself with `--no-deps`, so pip can
 	@# never swap the torch build.
@@ -30,9 +30,22 @@ install: $(STAMP)
 run: install
 	$(PYTHON) -m lightning_anyaccel.verify
 	$(PYTHON) examples/train.py --devices 2 --max-epochs 3
+	$(MAKE) --no-print-directory docs
 
 test: install
 	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
+
+# The documentation site, notebooks executed afresh (-E), every warning an error (-W).
+docs: install
+	$(PYTHON) -m sphinx -W --keep-going -E -b html . _build/html
+	@echo "site: _build/html/index.html"
+
+# JupyterLab on the notebooks, with this environment registered as the kernel "lightning-anyaccel".
+KERNEL ?= lightning-anyaccel
+lab: install
+	$(PYTHON) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python ($(KERNEL))"
+	$(PYTHON) -m jupyter lab --notebook-dir=notebooks --MappingKernelManager.default_kernel_name=$(KERNEL)
 
 clean:
-	rm -rf $(VENV) _build lightning_logs .pytest_cache
+	rm -rf $(VENV) _build lightning_logs .pytest_cache notebooks/runs

@@ -1,0 +1,238 @@
+"""Sphinx extension of the lightning-anyaccel documentation.
+
+- `anyaccel-support-matrix`, `anyaccel-install-table`, `anyaccel-validation`: directives
+  that build their tables at build time from `lightning_anyaccel.devices.DEVICE_TABLE` and
+  `docs/validation.toml`, so the pages can not drift from the code or from what was run.
+- `@OPTIONAL_GUIDES@` in a toctree of `docs/index` becomes the guide pages that exist
+  (`docs/fabric.md`, `docs/scale_out.md`, `docs/benchmarks.md` and any other page in
+  `docs/` no toctree lists), so merging a branch that adds one puts it in the navigation.
+- The site's entry point `index.html` redirects to the start page `docs/index.html`.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.util.docutils import SphinxDirective
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: Guide pages other branches add, in the order the navigation shows them.
+KNOWN_GUIDES = ("strategies", "fabric", "scale_out", "benchmarks")
+#: Pages of docs/ that other toctrees of the index list.
+LISTED_ELSEWHERE = {"index", "installation", "support_matrix", "limitations", "api", "changelog"}
+
+STATUS_TEXT = {
+    "hardware": "run on hardware",
+    "simulated": "simulated in tests",
+    "untested": "not tested",
+}
+
+
+def load_validation(srcdir: Path) -> dict[str, Any]:
+    """`docs/validation.toml`: the versions tested and each device type's status."""
+    with open(srcdir / "docs" / "validation.toml", "rb") as handle:
+        return tomllib.load(handle)
+
+
+def _inline(text: Any) -> nodes.paragraph:
+    """A paragraph from `text`; parts between backticks become inline code."""
+    para = nodes.paragraph()
+    for i, part in enumerate(str(text).replace("\n", " ").split("`")):
+        if part:
+            para += nodes.literal(part, part) if i % 2 else nodes.Text(part)
+    return para
+
+
+def _table(header: list[str], rows: list[list[Any]], widths: list[int] | None = None,
+           classes: list[str] | None = None) -> nodes.table:
+    """A docutils table (works the same in MyST and reST pages)."""
+    table = nodes.table(classes=["colwidths-given" if widths else "colwidths-auto", *(classes or [])])
+    group = nodes.tgroup(cols=len(header))
+    table += group
+    for width in widths or [1] * len(header):
+        group += nodes.colspec(colwidth=width)
+    head, body = nodes.thead(), nodes.tbody()
+    for section, content in ((head, [header]), (body, rows)):
+        for values in content:
+            row = nodes.row()
+            for value in values:
+                entry = nodes.entry()
+                entry += _inline(value)
+                row += entry
+            section += row
+    group += head
+    group += body
+    return table
+
+
+def _status(entry: dict[str, Any]) -> str:
+    text = STATUS_TEXT.get(entry.get("status", "untested"), entry.get("status", ""))
+    return f"{text} ({entry['date']})" if entry.get("date") else text
+
+
+class _TableDirective(SphinxDirective):
+    has_content = False
+
+    def tables(self) -> list[nodes.table]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def run(self) -> list[nodes.Node]:
+        # rebuild this page whenever the table's sources change
+        self.env.note_dependency(str(Path(self.env.srcdir) / "docs" / "validation.toml"))
+        import lightning_anyaccel.devices as devices
+
+        self.env.note_dependency(devices.__file__)
+        return list(self.tables())
+
+
+class SupportMatrix(_TableDirective):
+    """Every device type of the device table: names, backend, precisions, behaviour, status."""
+
+    def tables(self) -> list[nodes.table]:
+        from lightning_anyaccel.devices import DEVICE_TABLE, PRECISION_DTYPES
+
+        validation = load_validation(Path(self.env.srcdir)).get("devices", {})
+        rows = []
+        for spec in DEVICE_TABLE.values():
+            trainer_name = (f'`AnyAccelerator("{spec.type}")`' if spec.lightning_builtin
+                            else f'`"{spec.type}"`')
+            mixed = [f"`{flag}`" for flag in PRECISION_DTYPES if spec.supports_precision(flag)]
+            rows.append([
+                f"`{spec.type}` {spec.name}",
+                trainer_name,
+                f"`{spec.backend}`" if spec.backend else "none: one device only",
+                ", ".join(mixed) or "none",
+                "safe" if spec.fork_safe_after_init else "unsafe: use popen/spawn",
+                _status(validation.get(spec.type, {})),
+            ])
+        header = ["device", "Trainer(accelerator=...)", "collective backend", "mixed precision",
+                  "fork after device init", "validation"]
+        return [_table(header, rows, widths=[22, 18, 14, 16, 14, 16], classes=["anyaccel-support-matrix"])]
+
+
+class DeviceDetails(_TableDirective):
+    """Per device type: vendor package, memory statistics, seeding, profiler, notes."""
+
+    def tables(self) -> list[nodes.table]:
+        from lightning_anyaccel.devices import DEVICE_TABLE
+
+        rows = []
+        for spec in DEVICE_TABLE.values():
+            vendor = f"`{spec.vendor_module}`" if spec.vendor_module else "stock PyTorch"
+            if spec.backend_module:
+                vendor += f" (backend: `{spec.backend_module}`)"
+            rows.append([
+                f"`{spec.type}`",
+                vendor,
+                "PrivateUse1" if spec.private_use1 else "built into torch",
+                spec.memory_stats,
+                "yes" if spec.seeded_by_torch else "no: seeded through the device module",
+                spec.profiler_activity or "-",
+                spec.notes or "-",
+            ])
+        header = ["device type", "registered by", "device kind", "memory statistics from", "seeded by torch.manual_seed",
+                  "profiler activity", "notes"]
+        return [_table(header, rows)]
+
+
+class InstallTable(_TableDirective):
+    """Per device type: which PyTorch to install first, and the vendor package to import."""
+
+    def tables(self) -> list[nodes.table]:
+        from lightning_anyaccel.devices import DEVICE_TABLE
+
+        rows = []
+        for spec in DEVICE_TABLE.values():
+            rows.append([
+                f"`{spec.type}`",
+                spec.name,
+                spec.install.replace("`", "") if spec.install else "-",
+                f"`import {spec.vendor_module}`" if spec.vendor_module else "nothing extra",
+                f"`python -m lightning_anyaccel.verify --device {spec.type}`",
+            ])
+        header = ["device type", "hardware", "1. install this PyTorch first", "vendor package (imported for you)",
+                  "3. check"]
+        return [_table(header, rows, widths=[8, 18, 38, 18, 18])]
+
+
+class ValidationTable(_TableDirective):
+    """The versions of the last validation run and, per device type, what ran where."""
+
+    def tables(self) -> list[nodes.table]:
+        from lightning_anyaccel.devices import DEVICE_TABLE
+
+        data = load_validation(Path(self.env.srcdir))
+        tested = data.get("tested", {})
+        versions = [[key, tested[key]] for key in ("date", "python", "torch", "lightning", "machine") if key in tested]
+        devices = data.get("devices", {})
+        rows = [[f"`{t}`", _status(devices.get(t, {})), devices.get(t, {}).get("what", "")] for t in DEVICE_TABLE]
+        return [_table(["tested with", "version"], versions, widths=[20, 80]),
+                _table(["device type", "status", "what ran"], rows, widths=[12, 25, 63])]
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def optional_guides(srcdir: Path) -> list[str]:
+    """Guide pages present in docs/: the known ones in order, then any other unlisted page."""
+    present = {p.stem for p in (srcdir / "docs").glob("*.md")} | {p.stem for p in (srcdir / "docs").glob("*.rst")}
+    guides = [name for name in KNOWN_GUIDES if name in present]
+    guides += sorted(present - set(KNOWN_GUIDES) - LISTED_ELSEWHERE)
+    return guides
+
+
+def fill_optional_guides(app: Sphinx, docname: str, source: list[str]) -> None:
+    if docname == app.config.root_doc and "@OPTIONAL_GUIDES@" in source[0]:
+        entries = "\n".join(optional_guides(Path(app.srcdir)))
+        source[0] = source[0].replace("@OPTIONAL_GUIDES@", entries)
+
+
+REDIRECT = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{title}</title>
+<meta http-equiv="refresh" content="0; url={target}">
+<link rel="canonical" href="{target}">
+</head>
+<body>
+<p><a href="{target}">{title}: documentation</a></p>
+</body>
+</html>
+"""
+
+
+def write_root_redirect(app: Sphinx, exception: Exception | None) -> None:
+    """`index.html` at the top of the site, pointing at the start page."""
+    if exception is not None or app.builder.format != "html" or app.config.root_doc == "index":
+        return
+    target = app.builder.get_target_uri(app.config.root_doc)
+    Path(app.outdir, "index.html").write_text(REDIRECT.format(title=app.config.project, target=target))
+
+
+def check_links_in_notebooks(app: Sphinx, docname: str, source: list[str]) -> None:
+    """Notebook markdown must not link to files outside the site (they do not exist there)."""
+    if docname.startswith("notebooks/"):
+        for target in re.findall(r"\]\((?!https?://|#)([^)]+)\)", source[0]):
+            if not target.split("#")[0].endswith((".ipynb", ".md", ".rst")):
+                raise ValueError(f"{docname}: link to {target!r}, which is not a page of the site")
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    app.add_directive("anyaccel-support-matrix", SupportMatrix)
+    app.add_directive("anyaccel-device-details", DeviceDetails)
+    app.add_directive("anyaccel-install-table", InstallTable)
+    app.add_directive("anyaccel-validation", ValidationTable)
+    app.connect("source-read", fill_optional_guides)
+    app.connect("source-read", check_links_in_notebooks)
+    app.connect("build-finished", write_root_redirect)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

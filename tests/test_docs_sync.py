@@ -1,0 +1,142 @@
+"""The files that describe the project stay in step with each other and with the device table.
+
+- ``environment.yml`` lists every dependency of ``pyproject.toml`` (package, ``test`` and ``docs``
+  extras) with the same version range, and nothing else from pip;
+- the README names the commands of the Makefile, the lightning range and the torch pin;
+- ``docs/validation.toml`` (what was run where) covers every device type of ``DEVICE_TABLE``;
+- the notebooks are committed without outputs, carry their nbmake/nbsphinx timeouts and contain
+  no device-name branches (device knowledge comes from the device table);
+- the launch scripts are valid bash; the lab kernel registers this interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from lightning_anyaccel.devices import DEVICE_TABLE
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _norm(requirement: str) -> str:
+    """``name[extras]>=1,<2; marker`` with names lower-cased, ``_``->``-`` and no spaces."""
+    text = re.sub(r"\s+", "", requirement).replace('"', "'")
+    match = re.match(r"([A-Za-z0-9_.\-]+)(.*)", text)
+    assert match, requirement
+    return match.group(1).lower().replace("_", "-") + match.group(2)
+
+
+def _pyproject_requirements() -> list[str]:
+    extras = PYPROJECT["project"].get("optional-dependencies", {})
+    return [*PYPROJECT["project"]["dependencies"], *extras.get("test", []), *extras.get("docs", [])]
+
+
+def _environment_pip_lines() -> list[str]:
+    lines, in_pip = [], False
+    for raw in (ROOT / "environment.yml").read_text().splitlines():
+        line = raw.split(" #")[0].rstrip() if not raw.strip().startswith("#") else ""
+        if re.match(r"\s*-\s*pip:\s*$", line):
+            in_pip = True
+            continue
+        if in_pip and re.match(r"\s+-\s+", line):
+            lines.append(re.sub(r"^\s+-\s+", "", line).strip())
+    return lines
+
+
+def test_environment_yml_lists_every_pyproject_dependency():
+    env = {_norm(line) for line in _environment_pip_lines() if not line.startswith("-e")}
+    wanted = {_norm(req) for req in _pyproject_requirements()}
+    assert wanted - env == set(), f"in pyproject.toml, missing from environment.yml: {sorted(wanted - env)}"
+    assert env - wanted == set(), f"in environment.yml, not in pyproject.toml: {sorted(env - wanted)}"
+    assert any(line.startswith("-e .") for line in _environment_pip_lines()), "environment.yml must install the package"
+
+
+def test_torch_is_never_a_pip_dependency():
+    names = [_norm(req).split(">")[0].split("=")[0].split("<")[0] for req in _pyproject_requirements()]
+    assert "torch" not in names, "torch must not be a pip dependency: it would replace vendor builds"
+
+
+def test_readme_names_the_commands_and_versions():
+    readme = (ROOT / "README.md").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("run", "test", "docs", "lab"):
+        assert re.search(rf"^{target}:", makefile, re.M), f"Makefile has no {target} target"
+        assert f"make {target}" in readme, f"README does not mention `make {target}`"
+    lightning = next(r for r in PYPROJECT["project"]["dependencies"] if r.startswith("lightning"))
+    assert lightning.replace(" ", "") in readme.replace(" ", ""), f"README should state {lightning}"
+    torch_spec = re.search(r"^TORCH_SPEC \?= (\S+)", makefile, re.M).group(1)
+    assert torch_spec in readme, f"README should name the torch the Makefile installs ({torch_spec})"
+
+
+def test_make_test_runs_the_notebooks():
+    makefile = (ROOT / "Makefile").read_text()
+    test_recipe = re.search(r"^test:.*?\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert "pytest --nbmake notebooks/" in test_recipe
+
+
+def test_validation_status_covers_every_device_type():
+    data = tomllib.loads((ROOT / "docs" / "validation.toml").read_text())
+    assert {"date", "python", "torch", "lightning"} <= set(data["tested"])
+    devices = data["devices"]
+    assert set(DEVICE_TABLE) <= set(devices), f"no validation entry for {sorted(set(DEVICE_TABLE) - set(devices))}"
+    for device_type, entry in devices.items():
+        assert entry["status"] in {"hardware", "simulated", "untested"}, (device_type, entry)
+        if entry["status"] == "hardware":
+            assert entry.get("date"), f"{device_type}: a hardware run needs its date"
+        assert entry.get("what"), f"{device_type}: say what ran"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebooks_are_clean_and_device_generic(path):
+    book = json.loads(path.read_text())
+    assert book["metadata"]["execution"]["timeout"] <= 600
+    assert book["metadata"]["kernelspec"]["name"] == "python3"
+    for cell in book["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        assert not cell.get("outputs") and cell.get("execution_count") is None, \
+            f"{path.name}: commit notebooks without outputs (the docs build and nbmake execute them)"
+        source = "".join(cell["source"])
+        types = "|".join(map(re.escape, DEVICE_TABLE))
+        branch = re.search(rf"""(==|!=|\bin\b)\s*[\(\[{{]?\s*["']({types})["']""", source)
+        assert not branch, f"{path.name}: branches on a device name ({branch.group(0)!r}); ask the device table"
+
+
+#: Launch scripts the notebooks and docs show; the scale-out tests run them.
+LAUNCH_SCRIPTS = ["env_vars.sh", "torchrun.sh", "slurm.sbatch", "mpiexec.sh", "aurora.pbs"]
+
+
+def test_notebook_assets_exist():
+    assert len(NOTEBOOKS) == 4, NOTEBOOKS
+    assert (ROOT / "notebooks" / "scripts" / "train_digits.py").is_file()
+    for name in LAUNCH_SCRIPTS:
+        assert (ROOT / "scripts" / "launch" / name).is_file(), name
+
+
+@pytest.mark.parametrize("name", LAUNCH_SCRIPTS)
+def test_launch_scripts_are_valid_bash(name):
+    proc = subprocess.run(["bash", "-n", str(ROOT / "scripts" / "launch" / name)], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_lab_kernel_points_at_this_interpreter(tmp_path):
+    pytest.importorskip("ipykernel")
+    proc = subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", str(tmp_path),
+                           "--name", "lightning-anyaccel"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    spec = json.loads((tmp_path / "share" / "jupyter" / "kernels" / "lightning-anyaccel" / "kernel.json").read_text())
+    assert Path(spec["argv"][0]).resolve() == Path(sys.executable).resolve()

@@ -1,0 +1,264 @@
+"""The documentation site in a real browser: Debian's Chromium driven by Playwright.
+
+Builds the site (or reuses ``_build/html`` when it is newer than every source), serves it on
+127.0.0.1 and checks, in Chromium: every page loads without console errors or failed requests and
+asks for nothing outside 127.0.0.1; the notebook pages show executed outputs and their plots; a
+search for "xccl" finds the support matrix; every internal link resolves.
+
+Needs ``/usr/bin/chromium`` (``apt-get install -y --no-install-recommends chromium``); skipped with
+that reason when it is absent. Playwright never downloads a browser here.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urldefrag, urljoin, urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+CHROMIUM = os.environ.get("ANYACCEL_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]
+BUILD_TIMEOUT_S = 540
+SOURCES = ["conf.py", "docs", "notebooks", "src", "CHANGELOG.md"]
+NOTEBOOK_PAGES = ["01_verify_environment", "02_single_card", "03_multi_card", "04_multi_node"]
+#: notebooks whose last figure must be on the page (the others end with a table)
+NOTEBOOKS_WITH_PLOTS = ["02_single_card", "03_multi_card"]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(BUILD_TIMEOUT_S + 120),  # the first test builds the site
+    pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                       reason=f"no Chromium at {CHROMIUM}: apt-get install -y --no-install-recommends chromium"),
+]
+
+
+def _newest_source_mtime() -> float:
+    newest = 0.0
+    for name in SOURCES:
+        path = ROOT / name
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()
+                                                and "runs" not in p.parts and "__pycache__" not in p.parts
+                                                and ".ipynb_checkpoints" not in p.parts]
+        newest = max([newest, *(p.stat().st_mtime for p in files)])
+    return newest
+
+
+def _build_site() -> None:
+    """Build like ``make docs`` unless a complete build newer than every source exists."""
+    stamp = HTML / ".buildinfo"
+    if stamp.exists() and (HTML / "index.html").exists() and stamp.stat().st_mtime > _newest_source_mtime():
+        return
+    shutil.rmtree(HTML, ignore_errors=True)
+    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-E", "-q", "-b", "html", ".", str(HTML)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, _ = proc.communicate()
+        pytest.fail(f"the docs build did not finish in {BUILD_TIMEOUT_S}s:\n{out[-4000:]}")
+    assert proc.returncode == 0, f"docs build failed:\n{out[-6000:]}"
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def site():
+    """The built site served on 127.0.0.1 at a free port; yields the base URL."""
+    _build_site()
+    handler = functools.partial(_QuietHandler, directory=str(HTML))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+class PageVisit:
+    """One page load with everything the browser reported."""
+
+    def __init__(self, browser, url: str) -> None:
+        self.context = browser.new_context()
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(30_000)
+        self.errors: list[str] = []
+        self.outside: list[str] = []
+        self.failed: list[str] = []
+        self.page.on("console", lambda msg: msg.type == "error" and self.errors.append(msg.text))
+        self.page.on("pageerror", lambda exc: self.errors.append(f"uncaught: {exc}"))
+        self.page.on("requestfailed", lambda req: self.failed.append(f"{req.url} ({req.failure})"))
+
+        def route(r):
+            host = urlparse(r.request.url).hostname
+            if r.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
+                return r.continue_()
+            self.outside.append(r.request.url)
+            return r.abort()
+
+        self.page.route("**/*", route)
+        self.response = self.page.goto(url, wait_until="load")
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def _all_pages() -> list[str]:
+    return sorted(str(p.relative_to(HTML)) for p in HTML.rglob("*.html")
+                  if "_modules" not in p.parts and "_sources" not in p.parts)
+
+
+def test_entry_point_redirects_to_start_page(site, browser):
+    visit = PageVisit(browser, site)
+    try:
+        visit.page.wait_for_url("**/docs/index.html")
+        assert "lightning-anyaccel" in visit.page.title()
+        assert visit.page.locator("h1").first.inner_text().startswith("Lightning")
+    finally:
+        visit.close()
+
+
+def test_every_page_loads_without_errors(site, browser):
+    pages = _all_pages()
+    assert len(pages) >= 12, pages
+    problems = {}
+    for rel in pages:
+        visit = PageVisit(browser, urljoin(site, rel))
+        try:
+            visit.page.wait_for_load_state("networkidle")
+            status = visit.response.status if visit.response else None
+            issues = [f"HTTP {status}"] if status != 200 else []
+            issues += [f"console: {e}" for e in visit.errors]
+            issues += [f"request outside 127.0.0.1: {u}" for u in visit.outside]
+            issues += [f"failed request: {f}" for f in visit.failed if not any(u in f for u in visit.outside)]
+            if issues:
+                problems[rel] = issues
+        finally:
+            visit.close()
+    assert not problems, problems
+
+
+@pytest.mark.parametrize("name", NOTEBOOK_PAGES)
+def test_notebook_pages_show_executed_outputs(site, browser, name):
+    visit = PageVisit(browser, urljoin(site, f"notebooks/{name}.html"))
+    try:
+        page = visit.page
+        code_cells = page.locator("div.nbinput").count()
+        outputs = page.locator("div.nboutput").count()
+        assert code_cells >= 5, f"{name}: {code_cells} code cells"
+        assert outputs >= 3, f"{name}: only {outputs} outputs: the notebook was not executed"
+        # execution counts are filled in only when the notebook ran
+        prompts = page.locator("div.nbinput div.prompt").all_inner_texts()
+        assert any("[1]" in p for p in prompts), prompts[:3]
+        text = page.locator("article").inner_text()
+        assert "Traceback" not in text, f"{name}: a cell output shows a traceback"
+        if name in NOTEBOOKS_WITH_PLOTS:
+            images = page.locator("div.nboutput img")
+            assert images.count() >= 1, f"{name}: no plot"
+            for i in range(images.count()):
+                images.nth(i).scroll_into_view_if_needed()
+                width = images.nth(i).evaluate("img => img.complete ? img.naturalWidth : 0")
+                assert width > 100, f"{name}: plot {i} did not load"
+        else:
+            assert page.locator("div.nboutput table").count() >= 1, f"{name}: no result table"
+    finally:
+        visit.close()
+
+
+def test_search_for_xccl_finds_the_support_matrix(site, browser):
+    visit = PageVisit(browser, urljoin(site, "search.html?q=xccl"))
+    try:
+        results = visit.page.locator("#search-results li a")
+        results.first.wait_for(timeout=30_000)
+        hrefs = [results.nth(i).get_attribute("href") for i in range(results.count())]
+        assert any("support_matrix" in (h or "") for h in hrefs), hrefs
+        assert not visit.errors, visit.errors
+    finally:
+        visit.close()
+
+
+def test_internal_links_resolve(site):
+    """Every href/src on every page that points into the site names a file that exists (and its anchor)."""
+    from html.parser import HTMLParser
+
+    class Collector(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.links: list[str] = []
+            self.ids: set[str] = set()
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if "id" in attrs:
+                self.ids.add(attrs["id"])
+            for key in ("href", "src"):
+                if attrs.get(key):
+                    self.links.append(attrs[key])
+
+    parsed = {}
+    for rel in _all_pages():
+        collector = Collector()
+        collector.feed((HTML / rel).read_text(encoding="utf-8"))
+        parsed[rel] = collector
+    broken = []
+    for rel, collector in parsed.items():
+        base = urljoin("http://site/", rel)
+        for link in collector.links:
+            url, fragment = urldefrag(urljoin(base, link))
+            target = urlparse(url)
+            if target.scheme not in ("http", "https") or target.netloc != "site":
+                continue  # external links and mailto: are not followed (no network in tests)
+            path = target.path.lstrip("/") or "index.html"
+            if path.endswith("/"):
+                path += "index.html"
+            if not (HTML / path).exists():
+                broken.append(f"{rel}: {link}")
+            elif fragment and path.endswith(".html") and path in parsed and fragment not in parsed[path].ids:
+                broken.append(f"{rel}: {link} (no anchor #{fragment})")
+    assert not broken, broken
+
+
+def test_support_matrix_lists_every_device_of_the_table(site, browser):
+    from lightning_anyaccel.devices import DEVICE_TABLE
+
+    visit = PageVisit(browser, urljoin(site, "docs/support_matrix.html"))
+    try:
+        table = visit.page.locator("table.anyaccel-support-matrix")
+        text = table.inner_text()
+        for spec in DEVICE_TABLE.values():
+            assert spec.name in text
+            if spec.backend:
+                assert spec.backend in text
+        assert "run on hardware" in visit.page.locator("article").inner_text()
+    finally:
+        visit.close()
