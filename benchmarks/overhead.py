@@ -1,0 +1,100 @@
+"""Plugin overhead: ``AnyAccelerator`` vs Lightning's built-in accelerator vs a plain PyTorch loop.
+
+One process, one device. The three variants train the same :class:`~benchmarks.models.BenchModule`
+on the same data; repetitions are interleaved (A B C A B C ...) so that a change in machine load
+hits all variants alike. Only steady-state steps are timed (a warm-up is skipped), so Trainer
+construction and setup are excluded.
+
+The built-in variant uses the accelerator named by the device table's ``lightning_builtin``
+field (``"cpu"`` -> ``CPUAccelerator``, ``"cuda"`` -> ``CUDAAccelerator``) with Lightning's
+automatic strategy; device types Lightning has no accelerator for (xpu, hpu, ...) skip it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from benchmarks.common import quiet_lightning, summarize
+from benchmarks.models import OVERHEAD, BenchModule, StepTimer, Workload, make_loader, plain_loop
+
+#: Goal for the median of per-round plugin/built-in ratios; reported, never asserted.
+GOAL = 0.99
+
+
+def _fit(accelerator: Any, strategy: Any, w: Workload, warmup: int, measure: int, seed: int) -> tuple[float, str]:
+    """Train one Trainer for ``warmup + measure`` steps; return (steps/s, strategy class name)."""
+    from lightning.pytorch import Trainer
+
+    torch.manual_seed(seed)
+    timer = StepTimer(warmup, measure)
+    trainer = Trainer(
+        accelerator=accelerator, strategy=strategy, devices=1, max_steps=warmup + measure, max_epochs=1,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, callbacks=[timer],
+    )
+    trainer.fit(BenchModule(w), make_loader(w, warmup + measure, seed))
+    return timer.steps_per_s, f"{type(trainer.accelerator).__name__}/{type(trainer.strategy).__name__}"
+
+
+def run(device_type: str, *, reps: int = 7, warmup: int = 10, measure: int = 150,
+        workload: Workload = OVERHEAD, threads: int = 1) -> dict[str, Any]:
+    """Run the interleaved comparison and return the ``overhead`` section of the results file."""
+    from lightning_anyaccel import AnyAccelerator
+    from lightning_anyaccel.devices import get_spec
+
+    quiet_lightning()
+    torch.set_num_threads(threads)
+    builtin = get_spec(device_type).lightning_builtin
+    device = torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu")
+    classes: dict[str, str] = {}
+
+    def plugin(seed: int) -> float:
+        sps, classes["plugin"] = _fit(AnyAccelerator(device_type), "any_single", workload, warmup, measure, seed)
+        return sps
+
+    def lightning_builtin(seed: int) -> float:
+        sps, classes["builtin"] = _fit(builtin, "auto", workload, warmup, measure, seed)
+        return sps
+
+    def plain(seed: int) -> float:
+        classes["plain"] = "torch loop"
+        return plain_loop(workload, device, warmup, measure, seed)
+
+    variants: dict[str, Callable[[int], float]] = {"plugin": plugin}
+    if builtin is not None:
+        variants["builtin"] = lightning_builtin
+    variants["plain"] = plain
+
+    for fn in variants.values():  # one untimed round: first-use costs (allocator, kernels) land here
+        fn(0)
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    order: list[str] = []
+    for rep in range(reps):
+        for name, fn in variants.items():
+            samples[name].append(fn(rep))
+            order.append(name)
+
+    result: dict[str, Any] = {
+        "workload": workload.describe(),
+        "settings": {"reps": reps, "warmup_steps": warmup, "measured_steps": measure, "threads": threads},
+        "order": ", ".join(order[: 2 * len(variants)]) + ", ...",
+        "classes": classes,
+        "builtin_accelerator": builtin,
+        "steps_per_s": {name: summarize(vals) for name, vals in samples.items()},
+        "goal_plugin_over_builtin": GOAL,
+        "ratios": {},
+    }
+    for other in ("builtin", "plain"):
+        if other in samples:
+            per_round = [a / b for a, b in zip(samples["plugin"], samples[other])]
+            result["ratios"][f"plugin/{other}"] = {
+                "of_medians": result["steps_per_s"]["plugin"]["median"] / result["steps_per_s"][other]["median"],
+                "per_round": summarize(per_round),
+            }
+    if "builtin" in samples:
+        result["goal_met"] = result["ratios"]["plugin/builtin"]["per_round"]["median"] >= GOAL
+    else:
+        result["builtin_skipped"] = f"Lightning has no built-in accelerator for {device_type!r}"
+    return result
