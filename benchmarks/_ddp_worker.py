@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
         num_sanity_val_steps=0, callbacks=[timer], use_distributed_sampler=False,
     )
     # every rank reads its own, different batches (weak scaling: per-process batch fixed)
-    trainer.fit(BenchModule(w), make_loader(w, steps, seed=int(os.environ.get("LOCAL_RANK", 0))))
+    trainer.fit(BenchModule(w), make_loader(w, steps, seed=int(os.environ.get("LOCAL_RANK", "0"))))
     if trainer.global_rank == 0:
         import torch.distributed as dist
 

@@ -14,9 +14,10 @@ import argparse
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from benchmarks.common import RESULTS_DIR, SCHEMA, load_average, metadata, write_json
 
@@ -28,9 +29,9 @@ class Settings:
     """Sizes and repetition counts for one run of all benchmarks."""
 
     mode: str = "default"
-    overhead_reps: int = 10
+    overhead_reps: int = 20
     overhead_warmup: int = 10
-    overhead_measure: int = 300
+    overhead_measure: int = 150
     ddp_reps: int = 3
     ddp_warmup: int = 3
     ddp_measure: int = 20
@@ -43,7 +44,7 @@ class Settings:
     ddp_workloads: tuple[str, ...] = ("compute-bound", "comm-bound")
 
 
-QUICK = Settings(mode="quick", overhead_reps=3, overhead_measure=60, ddp_reps=1, ddp_measure=6, ddp_scale=0.5,
+QUICK = Settings(mode="quick", overhead_reps=6, overhead_measure=60, ddp_reps=1, ddp_measure=6, ddp_scale=0.5,
                  collective_sizes=(4096, 262144, 4194304), collective_trials=2, first_step_reps=1)
 #: For the smoke test: every code path, tiny sizes, seconds not minutes.
 TINY = Settings(mode="tiny", overhead_reps=1, overhead_warmup=2, overhead_measure=3, ddp_reps=1, ddp_warmup=1,

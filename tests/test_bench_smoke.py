@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -16,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import SCHEMA, write_json  # noqa: E402
-from benchmarks.run import SECTIONS, TINY, run_all  # noqa: E402
+from benchmarks.common import SCHEMA, write_json
+from benchmarks.run import SECTIONS, TINY, run_all
 
 
 def _medians(node: Any) -> Iterator[float]:
