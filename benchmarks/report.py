@@ -163,7 +163,10 @@ def _header(doc: dict[str, Any], source: str) -> list[str]:
         f"| versions | Python {v['python']}, torch {v['torch']}, lightning {v['lightning']},"
         f" lightning-anyaccel {v['lightning_anyaccel']} |",
         f"| run | mode `{meta['settings']['mode']}`, {meta['runtime_s']:.0f} s in all |",
-        f"| machine load | load average (1/5/15 min) {load_b} before, {load_a} after, on {cores} cores |",
+        f"| machine load | load average (1/5/15 min) {load_b} before, {load_a} after, on {cores} cores;"
+        " after each section: " + ", ".join(f"{n} {(doc[n].get('load_average_after') or ['?'])[0]}"
+                                            for n in ("overhead", "ddp_scaling", "collective", "first_step") if n in doc)
+        + " |",
         "",
         _noise_sentence(doc, cores),
         "",
@@ -172,7 +175,9 @@ def _header(doc: dict[str, Any], source: str) -> list[str]:
 
 def _noise_sentence(doc: dict[str, Any], cores: int) -> str:
     """How quiet the machine was, in words, from the load average and the overhead spread."""
-    load = max((doc["meta"].get("load_average_before") or [0])[0], (doc["meta"].get("load_average_after") or [0])[0])
+    samples = [doc["meta"].get("load_average_before"), doc["meta"].get("load_average_after")]
+    samples += [doc[n].get("load_average_after") for n in ("overhead", "ddp_scaling", "collective", "first_step") if n in doc]
+    load = max((s or [0])[0] for s in samples)
     spreads = [s["iqr_rel"] for s in doc.get("overhead", {}).get("steps_per_s", {}).values() if s.get("iqr_rel")]
     parts = [f"load average up to {load:.1f} on {cores} cores"]
     if spreads:

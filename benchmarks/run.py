@@ -91,6 +91,7 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
             doc[name] = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-4000:]}
             log(f"[bench] {name} FAILED: {err}")
         doc[name]["runtime_s"] = round(time.perf_counter() - t, 1)
+        doc[name]["load_average_after"] = load_average()
         log(f"[bench] {name} done in {doc[name]['runtime_s']} s")
     torch.set_num_threads(threads_before)
     doc["meta"]["runtime_s"] = round(time.perf_counter() - started, 1)
