@@ -7,6 +7,7 @@ which does exactly the work of Lightning's automatic optimisation (forward, loss
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -98,7 +99,9 @@ class BenchModule(LightningModule):
 class StepTimer(Callback):
     """Times training steps ``warmup .. warmup+measure-1`` (device synchronised at both ends).
 
-    ``steps_per_s`` is ``measure / elapsed``; ``first_step_done`` is the wall-clock time
+    ``steps_per_s`` is ``measure / elapsed`` (wall clock); ``cpu_steps_per_s`` divides by the CPU
+    time this process used instead, which other processes on a shared machine barely disturb.
+    ``first_step_done`` is the wall-clock time
     (``time.time()``) at the end of the first step, for the time-to-first-step benchmark.
     """
 
@@ -106,29 +109,29 @@ class StepTimer(Callback):
         self.warmup = warmup
         self.measure = measure
         self._start: float | None = None
+        self._cpu_start = 0.0
         self.elapsed: float | None = None
+        self.cpu_elapsed: float | None = None
         self.setup_done: float | None = None
         self.first_step_done: float | None = None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        import time
-
         self.setup_done = time.time()
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if batch_idx == self.warmup:
             synchronize(pl_module.device)
             self._start = now()
+            self._cpu_start = time.process_time()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if batch_idx == 0:
-            import time
-
             synchronize(pl_module.device)
             self.first_step_done = time.time()
         if batch_idx == self.warmup + self.measure - 1 and self._start is not None:
             synchronize(pl_module.device)
             self.elapsed = now() - self._start
+            self.cpu_elapsed = time.process_time() - self._cpu_start
 
     @property
     def steps_per_s(self) -> float:
@@ -137,22 +140,38 @@ class StepTimer(Callback):
             raise RuntimeError("StepTimer: the measured steps did not run (too few batches?)")
         return self.measure / self.elapsed
 
+    @property
+    def cpu_steps_per_s(self) -> float:
+        """Measured steps per CPU-second of this process."""
+        if not self.cpu_elapsed:
+            raise RuntimeError("StepTimer: the measured steps did not run (too few batches?)")
+        return self.measure / self.cpu_elapsed
 
-def plain_loop(w: Workload, device: torch.device, warmup: int, measure: int, seed: int = 0) -> float:
-    """Steps per second of a hand-written PyTorch loop doing :class:`BenchModule`'s work on ``device``."""
+
+def plain_loop(w: Workload, device: torch.device, warmup: int, measure: int, seed: int = 0,
+               profile: Any = None) -> tuple[float, float]:
+    """(steps per second, steps per CPU-second) of a hand-written loop doing :class:`BenchModule`'s work.
+
+    ``profile`` (a ``cProfile.Profile``) is enabled for the measured steps only.
+    """
     torch.manual_seed(seed)
     model = BenchModule(w).to(device)
     model.train()
     optimizer = model.configure_optimizers()
-    start = 0.0
+    start = cpu_start = 0.0
     for i, (x, y) in enumerate(make_loader(w, warmup + measure, seed)):
         if i == warmup:
             synchronize(device)
             start = now()
+            cpu_start = time.process_time()
+            if profile is not None:
+                profile.enable()
         x, y = x.to(device), y.to(device)
         loss = model.training_step((x, y), i)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    if profile is not None:
+        profile.disable()
     synchronize(device)
-    return measure / (now() - start)
+    return measure / (now() - start), measure / (time.process_time() - cpu_start)

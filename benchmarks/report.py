@@ -200,30 +200,49 @@ def _overhead(ov: dict[str, Any], image: str | None) -> list[str]:
         f" interleaved ({ov['order']}); each run skips {st['warmup_steps']} warm-up steps and times"
         f" {st['measured_steps']} steps; intra-op threads: {st['threads']}.",
         "",
-        "| variant | classes | steps/s median | quartiles | min–max | IQR / median |",
-        "|---|---|---|---|---|---|",
+        "| variant | classes | steps/s median | quartiles | min–max | IQR / median | steps per CPU-second, median |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, s in ov["steps_per_s"].items():
+        cpu = ov.get("cpu_steps_per_s", {}).get(name)
         lines.append(
             f"| {VARIANT_LABELS.get(name, name)} | `{ov['classes'].get(name, '')}` | {s['median']:.1f} |"
             f" {s['q1']:.1f}–{s['q3']:.1f} | {s['min']:.1f}–{s['max']:.1f} | {_pct(s['iqr_rel'])} |"
+            f" {cpu['median']:.1f} |" if cpu else " n/a |"
         )
-    lines += ["", "| ratio | median of per-round ratios [min–max] | ratio of medians | ratio of best runs |",
-              "|---|---|---|---|"]
+    calls = ov.get("calls_per_step")
+    if calls:
+        lines += ["", "Function calls per training step (Python and C calls as `cProfile` counts them, over the"
+                  " measured steps of one extra, untimed run; deterministic, so machine load cannot blur it): "
+                  + ", ".join(f"{VARIANT_LABELS.get(n, n)} {c:,.1f}" for n, c in calls.items()) + "."]
+    lines += ["", "| ratio | median of per-round ratios [min–max] | ratio of medians | ratio of best runs"
+              " | per CPU-second: median of per-round ratios [min–max] |", "|---|---|---|---|---|"]
     for name, r in ov["ratios"].items():
         best = f"{r['of_best']:.3f}" if "of_best" in r else "n/a"
-        lines.append(f"| {name} | {_spread(r['per_round'])} | {r['of_medians']:.3f} | {best} |")
+        cpu = _spread(r["cpu_per_round"]) if "cpu_per_round" in r else "n/a"
+        lines.append(f"| {name} | {_spread(r['per_round'])} | {r['of_medians']:.3f} | {best} | {cpu} |")
     lines.append("")
     if "builtin_skipped" in ov:
         lines.append(f"No built-in comparison: {ov['builtin_skipped']}.")
     else:
-        met = "met" if ov.get("goal_met") else "**not met** in this run"
-        lines.append(f"Goal plugin / built-in ≥ {ov['goal_plugin_over_builtin']} (median of per-round ratios): {met}."
-                     " The two Lightning variants run the same training loop; their difference is the"
-                     " accelerator and strategy classes only, so any gap beyond the run-to-run spread would be"
-                     " plugin cost. A round is one run of each variant back to back, so its ratio is the least disturbed by"
-                     " changing load; the best runs are those least slowed down by other processes. plugin / plain"
-                     " is mostly Lightning's own loop cost (hooks, closures, logging machinery) on a model this small.")
+        pr = ov["ratios"]["plugin/builtin"]["per_round"]
+        goal = ov["goal_plugin_over_builtin"]
+        if ov.get("goal_met"):
+            verdict = "met"
+        elif pr["max"] >= 1.0:
+            verdict = (f"not met in this run, but the per-round ratios span {pr['min']:.3f}–{pr['max']:.3f}, so the"
+                       " gap is within this run's noise")
+        else:
+            verdict = "**not met** in this run"
+        lines.append(
+            f"Goal plugin / built-in ≥ {goal} (median of per-round wall-clock ratios; reported, never asserted):"
+            f" {verdict}. The two Lightning variants run the same training loop and differ only in the accelerator"
+            " and strategy classes, so a gap beyond the run-to-run spread would be plugin cost. A round is one run"
+            " of each variant back to back, so its ratio is the least disturbed by changing load; the best runs"
+            " are those least slowed down by other processes; steps per CPU-second count only the CPU time the"
+            " benchmark process itself used, which other jobs on a shared machine barely change. plugin / plain"
+            " is mostly Lightning's own loop cost (hooks, closures, logging machinery) on a model this small."
+        )
     if image:
         lines += ["", f"![Steps per second of the three variants](images/benchmarks/{image})"]
     return lines + [""]
