@@ -227,13 +227,17 @@ def _overhead(ov: dict[str, Any], image: str | None) -> list[str]:
     else:
         pr = ov["ratios"]["plugin/builtin"]["per_round"]
         goal = ov["goal_plugin_over_builtin"]
+        spread = f"single rounds span {pr['min']:.3f}–{pr['max']:.3f}"
         if ov.get("goal_met"):
-            verdict = "met"
+            verdict = f"met ({pr['median']:.3f}; {spread})"
         elif pr["max"] >= 1.0:
-            verdict = (f"not met in this run, but the per-round ratios span {pr['min']:.3f}–{pr['max']:.3f}, so the"
-                       " gap is within this run's noise")
+            verdict = f"not met in this run ({pr['median']:.3f}), but {spread}, so the gap is within this run's noise"
         else:
-            verdict = "**not met** in this run"
+            verdict = f"**not met** in this run ({pr['median']:.3f}; {spread})"
+        c = ov.get("calls_per_step", {})
+        if c.get("plugin") and c.get("builtin"):
+            same = "the same number of" if c["plugin"] == c["builtin"] else f"{c['plugin'] / c['builtin']:.4f}x the"
+            verdict += f"; the plugin makes {same} function calls per step as the built-in accelerator"
         lines.append(
             f"Goal plugin / built-in ≥ {goal} (median of per-round wall-clock ratios; reported, never asserted):"
             f" {verdict}. The two Lightning variants run the same training loop and differ only in the accelerator"
