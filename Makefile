@@ -49,3 +49,9 @@ lab: install
 
 clean:
 	rm -rf $(VENV) _build lightning_logs .pytest_cache notebooks/runs
+
+# Benchmarks (benchmarks/, docs/benchmarks.md): `make bench` (~10 min on 2 cores), `make bench BENCH_ARGS=--quick`.
+BENCH_ARGS ?=
+bench: install
+	$(PYTHON) -c "import matplotlib" 2>/dev/null || $(PYTHON) -m pip install -e ".[bench]"
+	$(PYTHON) -m benchmarks $(BENCH_ARGS)

@@ -1,0 +1,9 @@
+"""Benchmarks for lightning-anyaccel: plugin overhead, DDP scaling, collectives, time to first step.
+
+Run them all with ``make bench`` (or ``python -m benchmarks [--quick]`` from the repository root).
+Results go to ``benchmarks/results/latest.json``; :mod:`benchmarks.report` turns that file into
+plots and the documentation page ``docs/benchmarks.md``.
+
+Every benchmark picks its device through :func:`lightning_anyaccel.detect_device_type` and the
+device table, so the same code runs on CPU, CUDA, XPU, ... without changes.
+"""

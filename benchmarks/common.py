@@ -1,0 +1,245 @@
+"""Shared helpers: machine/version metadata, statistics, device sync, bounded subprocesses.
+
+Nothing here branches on a device name: device facts come from
+:mod:`lightning_anyaccel.devices` and :mod:`lightning_anyaccel.runtime`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = ROOT / "benchmarks" / "results"
+SCHEMA = "lightning-anyaccel-bench/1"
+
+
+def child_env(threads: int = 1, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for benchmark subprocesses: this checkout importable, ``threads`` intra-op threads."""
+    env = dict(os.environ)
+    paths = [str(ROOT), str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["MKL_NUM_THREADS"] = str(threads)
+    env["PYTHONWARNINGS"] = "ignore"
+    env.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "GLOO_SOCKET_IFNAME" not in env and _has_interface("lo"):
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # collectives stay on the loopback device
+    env.update(extra or {})
+    return env
+
+
+def _has_interface(name: str) -> bool:
+    try:
+        import psutil
+
+        return name in psutil.net_if_addrs()
+    except Exception:
+        return False
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (the only address the benchmarks use)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class BenchError(RuntimeError):
+    """A benchmark subprocess failed or ran past its time limit."""
+
+
+def run_module(module: str, args: Sequence[str], *, timeout: float, env: dict[str, str] | None = None) -> str:
+    """Run ``python -m <module> <args>`` from the repository root with a hard timeout.
+
+    On timeout the whole process group (DDP children included) is killed.
+
+    Raises:
+        BenchError: non-zero exit or timeout, with the tail of the output.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=env or child_env(), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, _ = proc.communicate()
+        raise BenchError(f"{module} {' '.join(args)} did not finish in {timeout:.0f}s:\n{out[-3000:]}") from None
+    if proc.returncode != 0:
+        raise BenchError(f"{module} {' '.join(args)} exited with {proc.returncode}:\n{out[-3000:]}")
+    return out
+
+
+def run_ranks(module: str, args: Sequence[str], *, world_size: int, timeout: float,
+              env: dict[str, str]) -> list[str]:
+    """Start ``python -m <module> --rank R <args>`` for every rank at once and wait for all (bounded).
+
+    Raises:
+        BenchError: a rank failed or the group ran past ``timeout`` (then every rank is killed).
+    """
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", module, "--rank", str(rank), "--world-size", str(world_size), *args],
+            cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        for rank in range(world_size)
+    ]
+    deadline = time.monotonic() + timeout
+    outputs: list[str] = []
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            outputs.append(out)
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+            proc.communicate()
+        raise BenchError(f"{module}: {world_size} ranks did not finish in {timeout:.0f}s") from None
+    failed = [(rank, p.returncode, out) for rank, (p, out) in enumerate(zip(procs, outputs)) if p.returncode != 0]
+    if failed:
+        rank, code, out = failed[0]
+        raise BenchError(f"{module}: rank {rank} exited with {code}:\n{out[-3000:]}")
+    return outputs
+
+
+def quiet_lightning() -> None:
+    """Silence Lightning's per-fit info lines ("GPU available: ...") and warnings."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def synchronize(device: Any) -> None:
+    """Wait for queued work on ``device`` (a no-op on CPU), through the generic device module."""
+    import torch
+
+    from lightning_anyaccel import runtime
+
+    device = torch.device(device)
+    if device.type == "cpu":
+        return
+    sync = getattr(runtime.device_module(device.type), "synchronize", None)
+    if callable(sync):
+        sync()
+
+
+def summarize(values: Sequence[float]) -> dict[str, Any]:
+    """Median and spread of ``values``: quartiles, min/max and the IQR relative to the median."""
+    data = sorted(float(v) for v in values)
+    if not data:
+        return {"n": 0}
+    median = statistics.median(data)
+    if len(data) >= 4:
+        q1, _, q3 = statistics.quantiles(data, n=4, method="inclusive")
+    else:
+        q1, q3 = data[0], data[-1]
+    return {
+        "n": len(data),
+        "median": median,
+        "q1": q1,
+        "q3": q3,
+        "min": data[0],
+        "max": data[-1],
+        "iqr_rel": (q3 - q1) / median if median else None,
+        "values": [float(v) for v in values],
+    }
+
+
+def load_average() -> list[float] | None:
+    """The 1/5/15-minute load averages, where the OS reports them."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def cpu_model() -> str:
+    """The CPU model name (``/proc/cpuinfo`` on Linux, ``platform.processor()`` elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_info(device_type: str) -> dict[str, Any]:
+    """What the results file says about the device: type, name, count, collective backend."""
+    import torch
+
+    from lightning_anyaccel import runtime
+    from lightning_anyaccel.devices import get_spec
+    from lightning_anyaccel.distributed import BackendError, resolve_backend
+
+    spec = get_spec(device_type)
+    info: dict[str, Any] = {"type": device_type, "table_name": spec.name, "count": runtime.device_count(device_type)}
+    try:
+        info["backend"] = resolve_backend(torch.device(device_type))
+    except BackendError as err:
+        info["backend"] = None
+        info["backend_error"] = str(err)
+    name = cpu_model() if device_type == "cpu" else None
+    if name is None:
+        get_name = getattr(runtime.device_module(device_type), "get_device_name", None)
+        name = str(get_name(0)) if callable(get_name) else spec.name
+    info["name"] = name
+    info["lightning_builtin"] = spec.lightning_builtin
+    return info
+
+
+def metadata(device_type: str) -> dict[str, Any]:
+    """Machine, versions, device and date for a results file."""
+    import lightning
+    import psutil
+    import torch
+
+    import lightning_anyaccel
+
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "cpu_model": cpu_model(),
+            "cpu_cores_logical": os.cpu_count(),
+            "cpu_cores_physical": psutil.cpu_count(logical=False),
+            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "os": f"{platform.system()} {platform.release()}",
+            "arch": platform.machine(),
+        },
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "lightning": lightning.__version__,
+            "lightning_anyaccel": lightning_anyaccel.__version__,
+        },
+        "device": device_info(device_type),
+    }
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` atomically (a ``.tmp`` file renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
+    tmp.replace(path)
+
+
+def now() -> float:
+    """Monotonic seconds for durations inside one process."""
+    return time.perf_counter()

@@ -1,0 +1,148 @@
+"""Plugin overhead: ``AnyAccelerator`` vs Lightning's built-in accelerator vs a plain PyTorch loop.
+
+One process, one device. The three variants train the same :class:`~benchmarks.models.BenchModule`
+on the same data; repetitions are interleaved (A B C A B C ...) so that a change in machine load
+hits all variants alike. Only steady-state steps are timed (a warm-up is skipped), so Trainer
+construction and setup are excluded.
+
+The built-in variant uses the accelerator named by the device table's ``lightning_builtin``
+field (``"cpu"`` -> ``CPUAccelerator``, ``"cuda"`` -> ``CUDAAccelerator``) with Lightning's
+automatic strategy; device types Lightning has no accelerator for (xpu, hpu, ...) skip it.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from benchmarks.common import quiet_lightning, summarize
+from benchmarks.models import OVERHEAD, BenchModule, StepTimer, Workload, make_loader, plain_loop
+
+#: Goal for the median of per-round plugin/built-in ratios; reported, never asserted.
+GOAL = 0.99
+
+
+class _CallCounter(StepTimer):
+    """Counts function calls (Python and C, as ``cProfile`` sees them) over the measured steps."""
+
+    def __init__(self, warmup: int, measure: int) -> None:
+        super().__init__(warmup, measure)
+        self.profile = cProfile.Profile()
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if batch_idx == self.warmup:
+            self.profile.enable()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if batch_idx == self.warmup + self.measure - 1:
+            self.profile.disable()
+
+    @property
+    def calls_per_step(self) -> float:
+        """Function calls per measured step."""
+        return pstats.Stats(self.profile).total_calls / self.measure  # type: ignore[attr-defined]
+
+
+def _fit(accelerator: Any, strategy: Any, w: Workload, warmup: int, measure: int,
+         seed: int, count_calls: bool = False) -> tuple[tuple[float, float], str]:
+    """Train one Trainer for ``warmup + measure`` steps; return ((steps/s, steps/CPU-s), class names).
+
+    With ``count_calls`` the first number is function calls per step instead (profiled, not timed).
+    """
+    from lightning.pytorch import Trainer
+
+    torch.manual_seed(seed)
+    timer = _CallCounter(warmup, measure) if count_calls else StepTimer(warmup, measure)
+    trainer = Trainer(
+        accelerator=accelerator, strategy=strategy, devices=1, max_steps=warmup + measure, max_epochs=1,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, callbacks=[timer],
+    )
+    trainer.fit(BenchModule(w), make_loader(w, warmup + measure, seed))
+    if isinstance(timer, _CallCounter):
+        numbers = (timer.calls_per_step, 0.0)
+    else:
+        numbers = (timer.steps_per_s, timer.cpu_steps_per_s)
+    return numbers, f"{type(trainer.accelerator).__name__}/{type(trainer.strategy).__name__}"
+
+
+def run(device_type: str, *, reps: int = 20, warmup: int = 10, measure: int = 150,
+        workload: Workload = OVERHEAD, threads: int = 1) -> dict[str, Any]:
+    """Run the interleaved comparison and return the ``overhead`` section of the results file."""
+    from lightning_anyaccel import AnyAccelerator
+    from lightning_anyaccel.devices import get_spec
+
+    quiet_lightning()
+    torch.set_num_threads(threads)
+    builtin = get_spec(device_type).lightning_builtin
+    device = torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu")
+    classes: dict[str, str] = {}
+
+    def plugin(seed: int, count_calls: bool = False) -> tuple[float, float]:
+        sps, classes["plugin"] = _fit(AnyAccelerator(device_type), "any_single", workload, warmup, measure, seed,
+                                      count_calls)
+        return sps
+
+    def lightning_builtin(seed: int, count_calls: bool = False) -> tuple[float, float]:
+        sps, classes["builtin"] = _fit(builtin, "auto", workload, warmup, measure, seed, count_calls)
+        return sps
+
+    def plain(seed: int, count_calls: bool = False) -> tuple[float, float]:
+        classes["plain"] = "torch loop"
+        if count_calls:
+            profile = cProfile.Profile()
+            plain_loop(workload, device, warmup, measure, seed, profile=profile)
+            return pstats.Stats(profile).total_calls / measure, 0.0  # type: ignore[attr-defined]
+        return plain_loop(workload, device, warmup, measure, seed)
+
+    variants: dict[str, Callable[..., tuple[float, float]]] = {"plugin": plugin}
+    if builtin is not None:
+        variants["builtin"] = lightning_builtin
+    variants["plain"] = plain
+
+    # one untimed round (first-use costs land here) that counts function calls per step:
+    # deterministic, so machine load cannot blur it
+    calls = {name: fn(0, count_calls=True)[0] for name, fn in variants.items()}
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    cpu_samples: dict[str, list[float]] = {name: [] for name in variants}
+    order: list[str] = []
+    for rep in range(reps):
+        for name, fn in variants.items():
+            wall, cpu = fn(rep)
+            samples[name].append(wall)
+            cpu_samples[name].append(cpu)
+            order.append(name)
+
+    result: dict[str, Any] = {
+        "workload": workload.describe(),
+        "settings": {"reps": reps, "warmup_steps": warmup, "measured_steps": measure, "threads": threads},
+        "order": ", ".join(order[: 2 * len(variants)]) + ", ...",
+        "classes": classes,
+        "builtin_accelerator": builtin,
+        "steps_per_s": {name: summarize(vals) for name, vals in samples.items()},
+        "cpu_steps_per_s": {name: summarize(vals) for name, vals in cpu_samples.items()},
+        "calls_per_step": calls,
+        "goal_plugin_over_builtin": GOAL,
+        "ratios": {},
+    }
+    for other in ("builtin", "plain"):
+        if other in samples:
+            per_round = [a / b for a, b in zip(samples["plugin"], samples[other])]
+            result["ratios"][f"plugin/{other}"] = {
+                "of_medians": result["steps_per_s"]["plugin"]["median"] / result["steps_per_s"][other]["median"],
+                # load only ever slows a run down, so the fastest run of each variant is the least disturbed
+                "of_best": result["steps_per_s"]["plugin"]["max"] / result["steps_per_s"][other]["max"],
+                "per_round": summarize(per_round),
+                # steps per CPU-second of the process: what the code costs, whoever else runs
+                "cpu_per_round": summarize([a / b for a, b in zip(cpu_samples["plugin"], cpu_samples[other])]),
+                "calls_per_step": calls["plugin"] / calls[other],
+            }
+    if "builtin" in samples:
+        result["goal_met"] = result["ratios"]["plugin/builtin"]["per_round"]["median"] >= GOAL
+    else:
+        result["builtin_skipped"] = f"Lightning has no built-in accelerator for {device_type!r}"
+    return result

@@ -1,0 +1,130 @@
+"""Run every benchmark on this machine's device and write one results file (then plots + docs page).
+
+    python -m benchmarks                 # defaults (~5-10 min on 2 CPU cores)
+    python -m benchmarks --quick         # smaller sizes, fewer repetitions (~1-2 min)
+    python -m benchmarks --only overhead,collective --no-report
+
+The device is the one :func:`lightning_anyaccel.detect_device_type` reports (CPU when there is no
+accelerator). A results file holds one run on one machine; ratios are only ever formed inside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import RESULTS_DIR, SCHEMA, load_average, metadata, write_json
+
+SECTIONS: tuple[str, ...] = ("overhead", "ddp_scaling", "collective", "first_step")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Sizes and repetition counts for one run of all benchmarks."""
+
+    mode: str = "default"
+    overhead_reps: int = 20
+    overhead_warmup: int = 10
+    overhead_measure: int = 150
+    ddp_reps: int = 3
+    ddp_warmup: int = 3
+    ddp_measure: int = 20
+    ddp_scale: float = 1.0
+    collective_sizes: tuple[int, ...] = ()  # () = collective.DEFAULT_SIZES
+    collective_trials: int = 3
+    first_step_reps: int = 3
+    first_step_scale: float = 1.0
+    first_step_methods: tuple[str, ...] = ("popen", "spawn", "fork")
+    ddp_workloads: tuple[str, ...] = ("compute-bound", "comm-bound")
+
+
+QUICK = Settings(mode="quick", overhead_reps=6, overhead_measure=60, ddp_reps=1, ddp_measure=6, ddp_scale=0.5,
+                 collective_sizes=(4096, 262144, 4194304), collective_trials=2, first_step_reps=1)
+#: For the smoke test: every code path, tiny sizes, seconds not minutes.
+TINY = Settings(mode="tiny", overhead_reps=1, overhead_warmup=2, overhead_measure=3, ddp_reps=1, ddp_warmup=1,
+                ddp_measure=2, ddp_scale=0.05, collective_sizes=(4096, 65536), collective_trials=1,
+                first_step_reps=1, first_step_scale=0.1, first_step_methods=("fork",),
+                ddp_workloads=("compute-bound",))
+
+
+def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the chosen benchmark sections and return the results document (not yet written)."""
+    import torch
+
+    from benchmarks import collective, ddp_scaling, first_step, overhead
+    from benchmarks.models import OVERHEAD, WORKLOADS, scaled
+    from lightning_anyaccel import runtime
+
+    device_type = runtime.detect_device_type()
+    count = runtime.device_count(device_type)
+    doc: dict[str, Any] = {"schema": SCHEMA, "meta": metadata(device_type)}
+    doc["meta"]["settings"] = asdict(settings)
+    doc["meta"]["load_average_before"] = load_average()
+    threads_before = torch.get_num_threads()
+    started = time.perf_counter()
+    tiny = settings.mode == "tiny"
+    jobs: dict[str, Callable[[], dict[str, Any]]] = {
+        "overhead": lambda: overhead.run(
+            device_type, reps=settings.overhead_reps, warmup=settings.overhead_warmup,
+            measure=settings.overhead_measure, workload=scaled(OVERHEAD, 0.1) if tiny else OVERHEAD),
+        "ddp_scaling": lambda: ddp_scaling.run(
+            device_type, count, reps=settings.ddp_reps, warmup=settings.ddp_warmup, measure=settings.ddp_measure,
+            scale=settings.ddp_scale, workloads=tuple(WORKLOADS[name] for name in settings.ddp_workloads)),
+        "collective": lambda: collective.run(
+            device_type, count, sizes=settings.collective_sizes or collective.DEFAULT_SIZES,
+            trials=settings.collective_trials),
+        "first_step": lambda: first_step.run(device_type, count, reps=settings.first_step_reps,
+                                             scale=settings.first_step_scale, methods=settings.first_step_methods),
+    }
+    for name in sections:
+        log(f"[bench] {name} on {device_type} ({settings.mode}) ...")
+        t = time.perf_counter()
+        try:
+            doc[name] = jobs[name]()
+        except Exception as err:  # one failing section must not lose the others' numbers
+            doc[name] = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-4000:]}
+            log(f"[bench] {name} FAILED: {err}")
+        doc[name]["runtime_s"] = round(time.perf_counter() - t, 1)
+        doc[name]["load_average_after"] = load_average()
+        log(f"[bench] {name} done in {doc[name]['runtime_s']} s")
+    torch.set_num_threads(threads_before)
+    doc["meta"]["runtime_s"] = round(time.perf_counter() - started, 1)
+    doc["meta"]["load_average_after"] = load_average()
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions (~1-2 min)")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "latest.json", help="results file to write")
+    parser.add_argument("--no-report", action="store_true", help="do not render plots and docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    sections = tuple(s.strip() for s in args.only.split(",") if s.strip())
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    settings = QUICK if args.quick else Settings()
+    doc = run_all(replace(settings), sections)
+    write_json(args.out, doc)
+    print(f"[bench] wrote {args.out} ({doc['meta']['runtime_s']} s)")
+    if not args.no_report:
+        from benchmarks import report
+
+        for path in report.render(args.out):
+            print(f"[bench] wrote {path}")
+    failed = [name for name in sections if "error" in doc.get(name, {})]
+    if failed:
+        print(f"[bench] FAILED sections: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Smoke test for benchmarks/: every benchmark runs with tiny sizes and writes a well-formed results file.
+
+No timing is asserted: only that the code runs, the schema holds and the measured numbers are positive.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import SCHEMA, write_json
+from benchmarks.run import SECTIONS, TINY, run_all
+
+
+def _medians(node: Any) -> Iterator[float]:
+    """Every ``median`` of a summary and every bandwidth in the document."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("median", "gbps", "busbw_gbps", "median_s", "steps_per_s") and isinstance(value, (int, float)):
+                yield float(value)
+            else:
+                yield from _medians(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _medians(item)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_benchmarks_run_tiny(tmp_path: Path) -> None:
+    doc = run_all(TINY, SECTIONS, log=lambda _: None)
+    errors = {name: doc[name].get("traceback", doc[name]["error"]) for name in SECTIONS if "error" in doc[name]}
+    assert not errors, errors
+
+    assert doc["schema"] == SCHEMA
+    meta = doc["meta"]
+    for key in ("date", "machine", "versions", "device", "settings", "runtime_s"):
+        assert key in meta, key
+    assert set(meta["versions"]) == {"python", "torch", "lightning", "lightning_anyaccel"}
+    assert meta["machine"]["cpu_model"] and meta["machine"]["cpu_cores_logical"] >= 1
+    assert meta["device"]["type"]
+
+    ov = doc["overhead"]
+    assert set(ov["steps_per_s"]) >= {"plugin", "plain"}
+    assert "plugin/plain" in ov["ratios"]
+    assert all(calls > 0 for calls in ov["calls_per_step"].values())
+    if meta["device"]["lightning_builtin"]:
+        assert ov["classes"]["plugin"].startswith("AnyAccelerator")
+        assert "plugin/builtin" in ov["ratios"] and isinstance(ov["goal_met"], bool)
+
+    if "skipped" not in doc["ddp_scaling"]:
+        for result in doc["ddp_scaling"]["workloads"].values():
+            assert result["efficiency"]["of_medians"] > 0
+    co = doc["collective"]
+    assert co["memcpy"] and all(row["gbps"] > 0 for row in co["memcpy"])
+    if "skipped" not in co:
+        assert co["backend"] == meta["device"]["backend"]
+        assert [r["bytes"] for r in co["all_reduce"]] == [r["bytes"] for r in co["memcpy"]]
+    fs = doc["first_step"]["seconds"]
+    for method, phases in fs.items():
+        assert set(phases) == {"import", "launch_rendezvous", "first_step", "total"}, method
+
+    values = list(_medians(doc))
+    assert values and all(v > 0 for v in values), values
+
+    # the file round-trips and renders into a page that names machine, versions and date
+    results = tmp_path / "results.json"
+    write_json(results, doc)
+    from benchmarks import report
+
+    page = tmp_path / "benchmarks.md"
+    written = report.render(results, page=page, images=tmp_path / "img")
+    text = page.read_text()
+    assert written[0] == page
+    for needle in (meta["date"], meta["versions"]["torch"], meta["machine"]["cpu_model"], "## 1. Plugin overhead"):
+        assert needle in text
+    assert json.loads(results.read_text())["schema"] == SCHEMA
