@@ -32,7 +32,8 @@ from lightning_anyaccel.precision import align_precision_plugin
 
 # Built-in (non-PrivateUse1) device types: simulated in this process.
 IN_PROCESS = ["xpu", "hpu", "cuda", "mps"]
-EXPECTED_BACKEND = {"xpu": "xccl", "hpu": "hccl", "cuda": "nccl", "npu": "hccl", "sdaa": "tccl"}
+EXPECTED_BACKEND = {"xpu": "xccl", "hpu": "hccl", "cuda": "nccl", "npu": "hccl", "sdaa": "tccl", "mlu": "cncl",
+                    "musa": "mccl"}
 
 
 def _trainer(**kwargs):
@@ -221,7 +222,7 @@ PRIVATE_USE1_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("device_type", ["npu", "sdaa"])
+@pytest.mark.parametrize("device_type", ["npu", "sdaa", "mlu", "musa"])
 def test_private_use1_devices(python_runner, device_type):
     backend = EXPECTED_BACKEND[device_type]
     script = PRIVATE_USE1_SCRIPT.format(tests=str(Path(__file__).parent), device=device_type, backend=backend)
