@@ -3,9 +3,6 @@
 - `anyaccel-support-matrix`, `anyaccel-install-table`, `anyaccel-validation`: directives
   that build their tables at build time from `lightning_anyaccel.devices.DEVICE_TABLE` and
   `docs/validation.toml`, so the pages can not drift from the code or from what was run.
-- `@OPTIONAL_GUIDES@` in a toctree of `docs/index` becomes the guide pages that exist
-  (`docs/fabric.md`, `docs/scale_out.md`, `docs/benchmarks.md` and any other page in
-  `docs/` no toctree lists), so merging a branch that adds one puts it in the navigation.
 - The site's entry point `index.html` redirects to the start page `docs/index.html`.
 """
 
@@ -24,11 +21,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-#: Guide pages other branches add, in the order the navigation shows them.
-KNOWN_GUIDES = ("strategies", "fabric", "scale_out", "benchmarks")
-#: Pages of docs/ that other toctrees of the index list.
-LISTED_ELSEWHERE = {"index", "installation", "support_matrix", "limitations", "api", "changelog"}
 
 STATUS_TEXT = {
     "hardware": "run on hardware",
@@ -182,20 +174,6 @@ class ValidationTable(_TableDirective):
 # ------------------------------------------------------------------------------------------------
 
 
-def optional_guides(srcdir: Path) -> list[str]:
-    """Guide pages present in docs/: the known ones in order, then any other unlisted page."""
-    present = {p.stem for p in (srcdir / "docs").glob("*.md")} | {p.stem for p in (srcdir / "docs").glob("*.rst")}
-    guides = [name for name in KNOWN_GUIDES if name in present]
-    guides += sorted(present - set(KNOWN_GUIDES) - LISTED_ELSEWHERE)
-    return guides
-
-
-def fill_optional_guides(app: Sphinx, docname: str, source: list[str]) -> None:
-    if docname == app.config.root_doc and "@OPTIONAL_GUIDES@" in source[0]:
-        entries = "\n".join(optional_guides(Path(app.srcdir)))
-        source[0] = source[0].replace("@OPTIONAL_GUIDES@", entries)
-
-
 REDIRECT = """<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -232,7 +210,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("anyaccel-device-details", DeviceDetails)
     app.add_directive("anyaccel-install-table", InstallTable)
     app.add_directive("anyaccel-validation", ValidationTable)
-    app.connect("source-read", fill_optional_guides)
     app.connect("source-read", check_links_in_notebooks)
     app.connect("build-finished", write_root_redirect)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
