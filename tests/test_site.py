@@ -198,8 +198,14 @@ def test_notebook_pages_show_executed_outputs(site, browser, name):
 def test_search_for_xccl_finds_the_support_matrix(site, browser):
     visit = PageVisit(browser, urljoin(site, "search.html?q=xccl"))
     try:
+        # Sphinx adds results one by one and writes the summary ("Search finished, found N pages")
+        # when it is done: read the list only then.
+        visit.page.locator("#search-results .search-summary").wait_for(timeout=30_000)
+        visit.page.wait_for_function(
+            "() => /found/i.test(document.querySelector('#search-results .search-summary').textContent)",
+            timeout=30_000,
+        )
         results = visit.page.locator("#search-results li a")
-        results.first.wait_for(timeout=30_000)
         hrefs = [results.nth(i).get_attribute("href") for i in range(results.count())]
         assert any("support_matrix" in (h or "") for h in hrefs), hrefs
         assert not visit.errors, visit.errors
