@@ -101,8 +101,10 @@ def test_fabric_sharded_names_share_the_trainer_logic(name, cls) -> None:
 
 @pytest.mark.parametrize("precision, dtype", [("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16)])
 def test_fabric_fsdp_precision_on_the_device(precision, dtype) -> None:
-    plugin = _fabric("any_fsdp", precision=precision).strategy.precision
+    fabric = _fabric("any_fsdp", precision=precision)
+    plugin = fabric.strategy.precision
     assert type(plugin) is AnyFabricFSDPPrecision and plugin.device == "cpu"
+    assert fabric._precision is plugin  # rebuilt before Fabric caches it (fabric.autocast() uses the cache)
     with plugin.forward_context():
         assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == dtype
         assert not torch.is_autocast_enabled("cuda")
@@ -113,8 +115,9 @@ def test_fabric_fsdp_precision_on_the_device(precision, dtype) -> None:
 
 
 def test_fabric_fsdp2_precision_on_the_device() -> None:
-    plugin = _fabric("any_fsdp2", precision="bf16-mixed").strategy.precision
-    assert isinstance(plugin, MixedPrecision) and plugin.device == "cpu"
+    fabric = _fabric("any_fsdp2", precision="bf16-mixed")
+    plugin = fabric.strategy.precision
+    assert isinstance(plugin, MixedPrecision) and plugin.device == "cpu" and fabric._precision is plugin
 
 
 def test_fabric_fsdp_full_state_offload_on_cpu_is_refused() -> None:

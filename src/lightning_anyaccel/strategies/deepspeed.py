@@ -17,7 +17,14 @@ oneCCL it uses gloo; it compiles its ops the first time they are used (cache the
 ``TORCH_EXTENSIONS_DIR``).
 
 Registered names: ``any_deepspeed``, ``any_deepspeed_stage_1``, ``any_deepspeed_stage_2``,
-``any_deepspeed_stage_2_offload``, ``any_deepspeed_stage_3``, ``any_deepspeed_stage_3_offload``.
+``any_deepspeed_stage_2_offload``, ``any_deepspeed_stage_3``, ``any_deepspeed_stage_3_offload``
+(the same for Fabric; the logic is :class:`~lightning_anyaccel.strategies.common.AnyDeepSpeedMixin`).
+
+Example:
+    >>> DEEPSPEED_NAMES["any_deepspeed_stage_3_offload"]
+    {'stage': 3, 'offload_optimizer': True, 'offload_parameters': True}
+    >>> deepspeed_device_types()
+    ['cpu', 'cuda', 'hpu', 'npu', 'xpu']
 """
 
 from __future__ import annotations
