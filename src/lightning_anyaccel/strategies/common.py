@@ -4,7 +4,8 @@ The Trainer strategies (:mod:`lightning_anyaccel.strategies`) and the Fabric str
 (:mod:`lightning_anyaccel.fabric`) differ only in what Lightning base class they extend and in
 the name of a few Lightning attributes; everything that knows about devices (precision
 alignment, backend choice, fork safety, notebook launches, DDP wrapping, barriers, the lazy
-single device, portable checkpoint loading, registration) lives here once.
+single device, portable checkpoint loading, registration, and the sharded strategies' device logic
+for FSDP, FSDP2 and DeepSpeed) lives here once.
 
 Example (the same mixin under both front ends):
     >>> from lightning_anyaccel.strategies import AnyDDPStrategy as TrainerDDP
