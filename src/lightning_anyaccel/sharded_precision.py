@@ -4,7 +4,8 @@ Lightning's ``FSDPPrecision`` autocasts on ``"cuda"`` and builds ``ShardedGradSc
 device defaults to ``"cuda"`` (audit row 9): on any other device autocast switches itself off
 and fp16 scaling fails. :class:`AnyFSDPPrecision` takes the device type like Lightning's
 ``MixedPrecision(precision, device)`` does, so :func:`~lightning_anyaccel.precision.align_precision_plugin`
-can rebuild it for the strategy's device.
+can rebuild it for the strategy's device. Fabric's ``FSDPPrecision`` has the same two faults;
+:class:`AnyFabricFSDPPrecision` is the same fix (:class:`DeviceFSDPPrecisionMixin`) for it.
 
 Example:
     >>> plugin = AnyFSDPPrecision("16-mixed", device="cpu")
@@ -18,6 +19,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
+from lightning.fabric.plugins.precision.fsdp import FSDPPrecision as FabricFSDPPrecision
 from lightning.pytorch.plugins.precision import FSDPPrecision
 from typing_extensions import override
 
@@ -44,8 +46,8 @@ def device_autocast(precision: str, device_type: str) -> AbstractContextManager 
     return torch.autocast(device_type, dtype=_DTYPES[dtype])
 
 
-class AnyFSDPPrecision(FSDPPrecision):
-    """Lightning's ``FSDPPrecision`` with autocast and the sharded grad scaler on ``device``.
+class DeviceFSDPPrecisionMixin:
+    """Autocast and the sharded grad scaler on ``device``; mixed in before either front end's ``FSDPPrecision``.
 
     Args:
         precision: as for ``FSDPPrecision`` (``"bf16-mixed"``, ``"16-mixed"``, ``"32-true"``, ...).
@@ -57,20 +59,42 @@ class AnyFSDPPrecision(FSDPPrecision):
         PrecisionNotSupportedError: ``device`` cannot autocast in ``precision``.
     """
 
+    precision: Any
+
     def __init__(self, precision: Any, scaler: Any = None, device: str = "cuda") -> None:
         check_precision(precision, device)
         if scaler is not None and precision != "16-mixed":
             raise ValueError(f"precision={precision!r} does not use a scaler, found {scaler}.")
         # Lightning's __init__ refuses any scaler (it checks before setting `precision`) and builds
         # a CUDA one for 16-mixed, so the device's scaler is set afterwards.
-        super().__init__(precision)
+        super().__init__(precision)  # type: ignore[call-arg]
         self.scaler = scaler if scaler is not None else sharded_grad_scaler(precision, device)
         self.device = device
 
     @override
     def forward_context(self) -> AbstractContextManager:
         """Autocast on the plugin's device type (Lightning's targets ``"cuda"``)."""
-        return device_autocast(self.precision, self.device) or super().forward_context()
+        return device_autocast(self.precision, self.device) or super().forward_context()  # type: ignore[misc]
 
 
-__all__ = ["AnyFSDPPrecision", "device_autocast", "sharded_grad_scaler"]
+class AnyFSDPPrecision(DeviceFSDPPrecisionMixin, FSDPPrecision):
+    """The Trainer's ``FSDPPrecision`` with autocast and the sharded grad scaler on ``device``.
+
+    Arguments: see :class:`DeviceFSDPPrecisionMixin`.
+    """
+
+
+class AnyFabricFSDPPrecision(DeviceFSDPPrecisionMixin, FabricFSDPPrecision):
+    """Fabric's ``FSDPPrecision`` with autocast and the sharded grad scaler on ``device``.
+
+    Arguments: see :class:`DeviceFSDPPrecisionMixin`.
+
+    Example:
+        >>> plugin = AnyFabricFSDPPrecision("bf16-mixed", device="cpu")
+        >>> plugin.device, plugin.scaler
+        ('cpu', None)
+    """
+
+
+__all__ = ["AnyFSDPPrecision", "AnyFabricFSDPPrecision", "DeviceFSDPPrecisionMixin", "device_autocast",
+           "sharded_grad_scaler"]

@@ -5,7 +5,9 @@ accelerators are Fabric accelerators too); the strategies are Fabric's, with the
 device logic as the Trainer ones. Importing this module (or ``lightning_anyaccel``) registers in
 Fabric's registries the same names as for the Trainer: ``accelerator="any"``, ``"xpu"``,
 ``"hpu"``, ``"npu"``, ... and ``strategy="any_single"``, ``"any_ddp"``, ``"any_ddp_spawn"``,
-``"any_ddp_fork"``, ``"any_ddp_notebook"``.
+``"any_ddp_fork"``, ``"any_ddp_notebook"``; sharded: ``"any_fsdp"``, ``"any_fsdp_cpu_offload"``,
+``"any_fsdp2"``, ``"any_model_parallel"`` and ``"any_deepspeed"``, ``"any_deepspeed_stage_1"`` ...
+``"any_deepspeed_stage_3_offload"``.
 
 Example:
     >>> from lightning import Fabric
@@ -24,7 +26,16 @@ from lightning.fabric.utilities.seed import seed_everything as _lightning_seed_e
 from lightning_anyaccel import runtime
 from lightning_anyaccel.accelerator import AnyAccelerator
 from lightning_anyaccel.checkpoint import portable_map_location
-from lightning_anyaccel.fabric.strategies import AnyDDPStrategy, AnyMultiProcessingLauncher, AnySingleDeviceStrategy
+from lightning_anyaccel.fabric.strategies import (
+    AnyDDPStrategy,
+    AnyDeepSpeedStrategy,
+    AnyFSDPStrategy,
+    AnyModelParallelStrategy,
+    AnyMultiProcessingLauncher,
+    AnySingleDeviceStrategy,
+    fully_shard_data_parallel,
+)
+from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
 
 
 def register() -> None:
@@ -32,6 +43,9 @@ def register() -> None:
     AnyAccelerator.register_accelerators(ACCELERATOR_REGISTRY)
     AnySingleDeviceStrategy.register_strategies(STRATEGY_REGISTRY)
     AnyDDPStrategy.register_strategies(STRATEGY_REGISTRY)
+    AnyFSDPStrategy.register_strategies(STRATEGY_REGISTRY)
+    AnyModelParallelStrategy.register_strategies(STRATEGY_REGISTRY)
+    AnyDeepSpeedStrategy.register_strategies(STRATEGY_REGISTRY)
 
 
 def seed_everything(seed: int | None = None, workers: bool = True, device_type: str | None = None) -> int:
@@ -56,8 +70,13 @@ register()
 __all__ = [
     "AnyAccelerator",
     "AnyDDPStrategy",
+    "AnyDeepSpeedStrategy",
+    "AnyFSDPStrategy",
+    "AnyFabricFSDPPrecision",
+    "AnyModelParallelStrategy",
     "AnyMultiProcessingLauncher",
     "AnySingleDeviceStrategy",
+    "fully_shard_data_parallel",
     "portable_map_location",
     "register",
     "seed_everything",

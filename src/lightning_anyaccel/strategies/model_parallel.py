@@ -21,52 +21,28 @@ Example:
 
 from __future__ import annotations
 
-from lightning.fabric.strategies.registry import _StrategyRegistry
 from lightning.pytorch.strategies import ModelParallelStrategy
 from typing_extensions import override
 
-from lightning_anyaccel.strategies.common import AnyShardedMixin
+from lightning_anyaccel.strategies.common import AnyModelParallelMixin
 
 
-class AnyModelParallelStrategy(AnyShardedMixin, ModelParallelStrategy):
+class AnyModelParallelStrategy(AnyModelParallelMixin, ModelParallelStrategy):
     """Lightning's ``ModelParallelStrategy`` (FSDP2 + tensor parallel) on the accelerator's device type.
 
     Takes the arguments of ``ModelParallelStrategy``: ``data_parallel_size``, ``tensor_parallel_size``,
     ``save_distributed_checkpoint`` (``True``: a sharded folder; ``False``: one full file),
-    ``process_group_backend`` (default: from the device table) and ``timeout``.
+    ``process_group_backend`` (default: from the device table) and ``timeout``. The device logic is
+    :class:`~lightning_anyaccel.strategies.common.AnyModelParallelMixin`, shared with Fabric.
     """
-
-    strategy_name = "any_model_parallel"
-    _sharding_name = "FSDP2 (ModelParallelStrategy)"
 
     @override
     def setup_environment(self) -> None:
-        self._validate_device_setup()
-        if self._tensor_parallel_size == 1 and self._data_parallel_size == "auto":
-            # pure FSDP2: every process shards (Lightning's "auto" would make it num_nodes)
-            self._data_parallel_size = self.num_nodes * self.num_processes
-        super().setup_environment()
-        self._destroy_at_exit()
-
-    @override
-    def _get_process_group_backend(self) -> str:
-        return self._resolve_backend()
+        self._setup_model_parallel_environment(super().setup_environment)
 
     @override
     def barrier(self, name: str | None = None) -> None:
         self._barrier()
-
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        strategy_registry.register(
-            "any_model_parallel", cls, description="FSDP2 + tensor parallel on the accelerator's device type",
-            override=True,
-        )
-        strategy_registry.register(
-            "any_fsdp2", cls, description="FSDP2 (fully_shard) on the accelerator's device type",
-            tensor_parallel_size=1, override=True,
-        )
 
 
 __all__ = ["AnyModelParallelStrategy"]
