@@ -6,19 +6,15 @@ No timing is asserted: only that the code runs, the schema holds and the measure
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmarks.common import SCHEMA, write_json  # the repository root is on pytest's pythonpath
+from benchmarks.run import SECTIONS, TINY, run_all
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import SCHEMA, write_json
-from benchmarks.run import SECTIONS, TINY, run_all
 
 
 def _medians(node: Any) -> Iterator[float]:
