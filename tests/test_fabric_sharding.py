@@ -28,7 +28,7 @@ from lightning_anyaccel.fabric import (
     AnyFSDPStrategy,
     AnyModelParallelStrategy,
 )
-from lightning_anyaccel.strategies.common import AnyDeepSpeedMixin, AnyFSDPMixin, AnyModelParallelMixin
+from lightning_anyaccel.strategies.sharding import AnyDeepSpeedMixin, AnyFSDPMixin, AnyModelParallelMixin
 
 SCRIPT = Path(__file__).parent / "scripts" / "fabric_shard.py"
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None

@@ -34,7 +34,9 @@ needs_deepspeed = pytest.mark.skipif(
 def _train(out: Path, strategy: str, *extra: str) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     proc = run_python([RUN, "--strategy", strategy, *MODEL, "--out", str(out), *extra], timeout=TIMEOUT, env=ENV)
-    assert proc.returncode == 0, proc.stdout[-4000:]
+    if proc.returncode != 0:  # DeepSpeed floods the log with deprecation warnings: show the rest
+        lines = [line for line in proc.stdout.splitlines() if "Warning" not in line and "return func(" not in line]
+        pytest.fail(f"{strategy} exited with {proc.returncode}:\n" + "\n".join(lines[-80:]))
     ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     assert [r["rank"] for r in ranks] == [0, 1]
     return ranks

@@ -50,7 +50,8 @@ def test_failed_check_fails_the_report(monkeypatch):
 
 @pytest.mark.parametrize("module", ["devices", "runtime", "precision", "distributed", "checkpoint", "accelerator",
                                     "_compat", "strategies.single", "sharded_precision", "strategies.fsdp",
-                                    "strategies.model_parallel", "strategies.deepspeed"])
+                                    "strategies.model_parallel", "strategies.deepspeed", "strategies.common",
+                                    "strategies.sharding"])
 def test_docstring_examples(module):
     import doctest
     import importlib

@@ -35,13 +35,11 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
-from lightning_anyaccel.strategies.common import (
+from lightning_anyaccel.strategies.common import AnyDistributedMixin, LazyDeviceMixin, SafeLaunchMixin
+from lightning_anyaccel.strategies.sharding import (
     AnyDeepSpeedMixin,
-    AnyDistributedMixin,
     AnyFSDPMixin,
     AnyModelParallelMixin,
-    LazyDeviceMixin,
-    SafeLaunchMixin,
     ShardingNotSupportedError,
 )
 
@@ -96,7 +94,7 @@ class AnyFSDPStrategy(AnyFSDPMixin, FSDPStrategy):
 
     Takes every argument of Fabric's ``FSDPStrategy`` (``sharding_strategy``, ``state_dict_type``
     ``"sharded"``/``"full"``, ``auto_wrap_policy``, ``cpu_offload``, ``device_mesh``, ...), plus
-    ``state_dict_offload`` (see :class:`~lightning_anyaccel.strategies.common.AnyFSDPMixin`).
+    ``state_dict_offload`` (see :class:`~lightning_anyaccel.strategies.sharding.AnyFSDPMixin`).
     Registered as ``any_fsdp`` and ``any_fsdp_cpu_offload``; mixed precision uses
     :class:`~lightning_anyaccel.sharded_precision.AnyFabricFSDPPrecision`.
 
@@ -218,7 +216,7 @@ class AnyDeepSpeedStrategy(AnyDeepSpeedMixin, DeepSpeedStrategy):
 
     Takes every argument of Fabric's ``DeepSpeedStrategy``. Registered as ``any_deepspeed``,
     ``any_deepspeed_stage_1`` ... ``any_deepspeed_stage_3_offload`` (see
-    :data:`~lightning_anyaccel.strategies.common.DEEPSPEED_NAMES`).
+    :data:`~lightning_anyaccel.strategies.sharding.DEEPSPEED_NAMES`).
 
     Gradients are not clipped unless the config says so (``"gradient_clipping"``), as with the
     Trainer's strategy: Fabric's leaves the key unset, and DeepSpeed (0.19.8, whose default is

@@ -18,7 +18,7 @@ oneCCL it uses gloo; it compiles its ops the first time they are used (cache the
 
 Registered names: ``any_deepspeed``, ``any_deepspeed_stage_1``, ``any_deepspeed_stage_2``,
 ``any_deepspeed_stage_2_offload``, ``any_deepspeed_stage_3``, ``any_deepspeed_stage_3_offload``
-(the same for Fabric; the logic is :class:`~lightning_anyaccel.strategies.common.AnyDeepSpeedMixin`).
+(the same for Fabric; the logic is :class:`~lightning_anyaccel.strategies.sharding.AnyDeepSpeedMixin`).
 
 Example:
     >>> DEEPSPEED_NAMES["any_deepspeed_stage_3_offload"]
@@ -36,7 +36,7 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_anyaccel.strategies.common import (
+from lightning_anyaccel.strategies.sharding import (
     DEEPSPEED_NAMES,
     AnyDeepSpeedMixin,
     DeepSpeedNotInstalledError,
@@ -49,7 +49,7 @@ class AnyDeepSpeedStrategy(AnyDeepSpeedMixin, DeepSpeedStrategy):
 
     Takes every argument of Lightning's ``DeepSpeedStrategy`` (``stage``, ``offload_optimizer``,
     ``offload_parameters``, ``config``, ...). ``process_group_backend=None`` takes the device
-    table's backend. The device logic is :class:`~lightning_anyaccel.strategies.common.AnyDeepSpeedMixin`,
+    table's backend. The device logic is :class:`~lightning_anyaccel.strategies.sharding.AnyDeepSpeedMixin`,
     shared with Fabric.
 
     Raises:

@@ -36,7 +36,7 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
-from lightning_anyaccel.strategies.common import AnyFSDPMixin
+from lightning_anyaccel.strategies.sharding import AnyFSDPMixin
 
 
 class AnyFSDPStrategy(AnyFSDPMixin, FSDPStrategy):
@@ -54,7 +54,7 @@ class AnyFSDPStrategy(AnyFSDPMixin, FSDPStrategy):
         ShardingNotSupportedError: ``state_dict_offload=True`` on a device where torch cannot do
             it, or a device without collectives (``mps``).
 
-    The device logic is :class:`~lightning_anyaccel.strategies.common.AnyFSDPMixin`, shared with
+    The device logic is :class:`~lightning_anyaccel.strategies.sharding.AnyFSDPMixin`, shared with
     Fabric's :class:`lightning_anyaccel.fabric.AnyFSDPStrategy`.
     """
 

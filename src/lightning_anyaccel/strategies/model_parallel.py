@@ -24,7 +24,7 @@ from __future__ import annotations
 from lightning.pytorch.strategies import ModelParallelStrategy
 from typing_extensions import override
 
-from lightning_anyaccel.strategies.common import AnyModelParallelMixin
+from lightning_anyaccel.strategies.sharding import AnyModelParallelMixin
 
 
 class AnyModelParallelStrategy(AnyModelParallelMixin, ModelParallelStrategy):
@@ -33,7 +33,7 @@ class AnyModelParallelStrategy(AnyModelParallelMixin, ModelParallelStrategy):
     Takes the arguments of ``ModelParallelStrategy``: ``data_parallel_size``, ``tensor_parallel_size``,
     ``save_distributed_checkpoint`` (``True``: a sharded folder; ``False``: one full file),
     ``process_group_backend`` (default: from the device table) and ``timeout``. The device logic is
-    :class:`~lightning_anyaccel.strategies.common.AnyModelParallelMixin`, shared with Fabric.
+    :class:`~lightning_anyaccel.strategies.sharding.AnyModelParallelMixin`, shared with Fabric.
     """
 
     @override
