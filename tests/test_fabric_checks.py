@@ -113,31 +113,40 @@ def test_device_without_bf16_fails_at_launch(fake_device) -> None:
     assert ("set_device_index", 0) in fake.calls  # the device was selected before the probe
 
 
-# ----- Lightning's own strategy choices are refused, never silently CPU --------------------------
+# ----- the accelerator alone picks the package's strategies; Lightning's instances are refused -------
 
-def test_auto_strategy_single_device_refused_not_cpu(fake_device) -> None:
+def test_auto_strategy_single_device_trains_on_the_device(fake_device) -> None:
     fake_device("xpu", count=1)
-    fabric = Fabric(accelerator="xpu", devices=1)
-    assert type(fabric.strategy) is SingleDeviceStrategy and fabric.device == torch.device("cpu")  # Lightning's pick
-    message = r"Fabric chose Lightning's SingleDeviceStrategy on cpu for AnyAccelerator\('xpu'\).*strategy='any_single'"
-    with pytest.raises(Exception, match=message):
-        fabric.launch()
-    with pytest.raises(Exception, match=message):  # Fabric.setup without launch goes through to_device
-        fabric.setup(torch.nn.Linear(2, 2))
+    fabric = Fabric(accelerator="xpu", devices=1, precision="bf16-mixed")
+    assert isinstance(fabric.strategy, AnySingleDeviceStrategy)
+    assert fabric.device == torch.device("xpu", 0)
+    assert fabric.strategy.precision.device == "xpu" and fabric._precision is fabric.strategy.precision
 
 
-def test_lightning_ddp_refused_on_non_cuda(fake_device) -> None:
+def test_lightning_strategy_names_map_to_the_package(fake_device) -> None:
     fake_device("xpu", backend="xccl")
     fabric = Fabric(accelerator="xpu", strategy="ddp_spawn", devices=2)
-    with pytest.raises(Exception, match="Lightning's DDPStrategy runs CUDA-only code paths .* strategy='any_ddp'"):
-        fabric.strategy.setup_environment()  # what each launched process does first
+    assert isinstance(fabric.strategy, AnyDDPStrategy) and fabric.strategy._start_method == "spawn"
+    assert Fabric(accelerator="xpu", devices=2).strategy._start_method == "popen"  # no strategy: any_ddp
+
+
+def test_lightning_strategy_instances_refused_on_non_cuda(fake_device) -> None:
+    from lightning.fabric.strategies import DDPStrategy
+
+    fake_device("xpu", backend="xccl")
+    with pytest.raises(Exception, match="Lightning's DDPStrategy can not train on Intel GPU .*strategy='any_ddp'"):
+        Fabric(accelerator="xpu", strategy=DDPStrategy(), devices=2)
+    with pytest.raises(Exception, match="Lightning's SingleDeviceStrategy can not train on .*strategy='any_single'"):
+        Fabric(accelerator="xpu", strategy=SingleDeviceStrategy(device="cpu"), devices=1)
     assert not dist.is_initialized()
 
 
-def test_cuda_precision_on_cpu_accelerator_refused() -> None:
+def test_cuda_precision_on_cpu_accelerator_repaired() -> None:
+    """Lightning's own strategy on CPU stays, but its precision plugin autocasts on CPU, not CUDA."""
+    fabric = Fabric(accelerator=AnyAccelerator("cpu"), strategy=SingleDeviceStrategy("cpu"), precision="bf16-mixed")
+    assert isinstance(fabric._precision, MixedPrecision) and fabric._precision.device == "cpu"
     fabric = Fabric(accelerator=AnyAccelerator("cpu"), devices=1, precision="bf16-mixed")
-    with pytest.raises(Exception, match=r"Fabric built MixedPrecision\(precision='bf16-mixed', device='cuda'\)"):
-        fabric.launch()
+    assert isinstance(fabric.strategy, AnySingleDeviceStrategy) and fabric._precision.device == "cpu"
 
 
 def test_lightning_single_strategy_on_cpu_allowed() -> None:

@@ -27,7 +27,6 @@ from lightning_anyaccel import (
     get_spec,
     resolve_backend,
 )
-from lightning_anyaccel.accelerator import _align_strategy
 from lightning_anyaccel.precision import align_precision_plugin
 
 # Built-in (non-PrivateUse1) device types: simulated in this process.
@@ -96,27 +95,6 @@ def test_single_device_strategy_takes_selected_device(monkeypatch, device_type):
     assert isinstance(trainer.strategy, AnySingleDeviceStrategy)
     expected = torch.device(device_type, 1 if device_type != "mps" else 0)
     assert trainer.strategy.root_device == expected
-
-
-@pytest.mark.parametrize("device_type", ["xpu", "hpu"])
-def test_lightnings_cpu_pick_is_moved_to_the_device(monkeypatch, device_type):
-    """Lightning gives one non-CUDA/MPS device a SingleDeviceStrategy('cpu'); setup moves it."""
-    fake = install_fake_device(monkeypatch, device_type)
-    trainer = _trainer(accelerator=AnyAccelerator(device_type), devices=[1], precision="bf16-mixed")
-    assert type(trainer.strategy) is SingleDeviceStrategy
-    assert trainer.strategy.root_device == torch.device("cpu")  # what Lightning picked
-    assert trainer.precision_plugin.device == "cuda"  # what Lightning built
-    trainer.strategy.accelerator.setup(trainer)
-    assert trainer.strategy.root_device == torch.device(device_type, 1)
-    assert trainer.strategy.precision_plugin.device == device_type
-    assert ("set_device_index", 1) in fake.calls or ("set_device", 1) in fake.calls
-
-
-def test_lightnings_ddp_is_refused_on_non_cuda_devices(monkeypatch):
-    install_fake_device(monkeypatch, "xpu", backend="xccl")
-    trainer = _trainer(accelerator=AnyAccelerator("xpu"), strategy="ddp", devices=2)
-    with pytest.raises(Exception, match="runs CUDA-only code paths.*strategy='any_ddp'"):
-        _align_strategy(trainer.strategy, "xpu", torch.device("xpu", 0))
 
 
 @pytest.mark.parametrize("device_type", IN_PROCESS)

@@ -9,7 +9,11 @@ Importing the package registers, for the Trainer:
   ``"any_ddp_notebook"``; sharded: ``"any_fsdp"``, ``"any_fsdp_cpu_offload"``, ``"any_fsdp2"``
   (``"any_model_parallel"``) and ``"any_deepspeed"``, ``"any_deepspeed_stage_{1,2,3}"`` (``_offload``);
 
-and the DDP names in Lightning Fabric's registries (see :mod:`lightning_anyaccel.fabric`).
+and the same names in Lightning Fabric's registries (see :mod:`lightning_anyaccel.fabric`), for
+``lightning`` and for ``pytorch_lightning``/``lightning_fabric`` (:mod:`lightning_anyaccel.registration`).
+With the package's accelerator, ``strategy="auto"`` and Lightning's strategy names select the
+package's strategies (:mod:`lightning_anyaccel.policy`): ``Trainer(accelerator="xpu", devices=8)``
+trains with ``any_ddp`` on 8 XPUs.
 
 Example:
     >>> from lightning import Trainer
@@ -21,13 +25,11 @@ from lightning_anyaccel._compat import check_torch
 
 check_torch()
 
-from lightning.pytorch.accelerators import AcceleratorRegistry  # noqa: E402
-from lightning.pytorch.strategies import StrategyRegistry  # noqa: E402
-
 from lightning_anyaccel.accelerator import AnyAccelerator, DeviceCountError, accelerator_class  # noqa: E402
 from lightning_anyaccel.checkpoint import portable_map_location  # noqa: E402
 from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, get_spec, register_device  # noqa: E402
 from lightning_anyaccel.distributed import BackendError, ForkAfterInitError, resolve_backend  # noqa: E402
+from lightning_anyaccel.policy import FrontEndMismatchError, StrategyNotSupportedError  # noqa: E402
 from lightning_anyaccel.precision import PrecisionNotSupportedError  # noqa: E402
 from lightning_anyaccel.runtime import DeviceNotAvailableError, detect_device_type  # noqa: E402
 from lightning_anyaccel.sharded_precision import AnyFSDPPrecision  # noqa: E402
@@ -45,18 +47,13 @@ __version__ = "0.1.0"
 
 
 def register() -> None:
-    """Register the package's accelerator and strategy names with Lightning (done at import)."""
-    AnyAccelerator.register_accelerators(AcceleratorRegistry)
-    AnySingleDeviceStrategy.register_strategies(StrategyRegistry)
-    AnyDDPStrategy.register_strategies(StrategyRegistry)
-    AnyFSDPStrategy.register_strategies(StrategyRegistry)
-    AnyModelParallelStrategy.register_strategies(StrategyRegistry)
-    AnyDeepSpeedStrategy.register_strategies(StrategyRegistry)
+    """Register the package's names with every Lightning package (done at import; see :mod:`.registration`)."""
+    from lightning_anyaccel import registration
+
+    registration.register()
 
 
 register()
-
-import lightning_anyaccel.fabric  # noqa: E402,F401  (registers the Fabric names)
 
 __all__ = [
     "DEVICE_TABLE",
@@ -73,8 +70,10 @@ __all__ = [
     "DeviceNotAvailableError",
     "DeviceSpec",
     "ForkAfterInitError",
+    "FrontEndMismatchError",
     "PrecisionNotSupportedError",
     "ShardingNotSupportedError",
+    "StrategyNotSupportedError",
     "__version__",
     "accelerator_class",
     "detect_device_type",

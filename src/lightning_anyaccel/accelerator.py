@@ -3,8 +3,9 @@
 Lightning's connector calls ``is_available``, ``parse_devices`` and ``get_parallel_devices`` on
 the accelerator *class*, not the instance, so the device type has to live on the class.
 ``AnyAccelerator("xpu")`` therefore returns an instance of a small per-device subclass
-(``AnyAccelerator[xpu]``) made once by :func:`accelerator_class`; all behaviour lives here,
-in the base class, and reads the device table.
+(``AnyAccelerator[xpu]``) made once by :meth:`AnyAccelerator.bound`; all behaviour lives here,
+in the base class, and reads the device table. Which strategy trains with it is decided by
+:mod:`lightning_anyaccel.policy`, for the Trainer and Fabric alike.
 
 Example:
     >>> acc = AnyAccelerator("cpu")
@@ -16,30 +17,32 @@ Example:
 
 from __future__ import annotations
 
-import sys
 from typing import Any, ClassVar
 
 import torch
-from lightning.fabric.accelerators.registry import _AcceleratorRegistry
-from lightning.fabric.strategies.launchers.multiprocessing import _disable_module_memory_sharing
 from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
-from lightning_anyaccel import runtime
-from lightning_anyaccel.devices import DEVICE_TABLE, PRECISION_DTYPES, get_spec
-from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
+from lightning_anyaccel import _lightning, runtime
+from lightning_anyaccel.devices import DEVICE_TABLE, get_spec
+from lightning_anyaccel.precision import check_device_supports
 
 _DEVICES_INPUT = int | str | list[int] | tuple[int, ...] | None
-_CLASSES: dict[str, type[AnyAccelerator]] = {}
+_CLASSES: dict[tuple[type, str], type] = {}
 
 
 class DeviceCountError(MisconfigurationException):
     """``devices=`` asks for devices that are not there."""
 
 
-class AnyAccelerator(Accelerator):
+class AnyAcceleratorMixin:
+    """Marks the package's accelerator, whatever Lightning package it is built for (see :mod:`lightning_anyaccel.policy`)."""
+
+    device_type: ClassVar[str | None] = None
+
+
+class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
     """Accelerator for any ``torch.device`` type in :data:`~lightning_anyaccel.devices.DEVICE_TABLE`.
 
     Args:
@@ -51,12 +54,14 @@ class AnyAccelerator(Accelerator):
         DeviceNotAvailableError: when PyTorch sees no device of that type, with the install hint.
     """
 
-    #: The device type of this class; ``None`` only on the base class.
+    #: The device type of this class; ``None`` only on the unbound class.
     device_type: ClassVar[str | None] = None
+    #: The unbound class a per-device class was made from (what pickle rebuilds through).
+    _unbound: ClassVar[type]
 
     def __new__(cls, device_type: str | None = None) -> AnyAccelerator:
-        if cls is AnyAccelerator:
-            cls = accelerator_class(device_type or runtime.detect_device_type())
+        if cls.device_type is None:
+            cls = cls.bound(device_type or runtime.detect_device_type())
         elif device_type is not None and device_type != cls.device_type:
             raise ValueError(f"{cls.__qualname__} is for {cls.device_type!r}, not {device_type!r}.")
         return super().__new__(cls)
@@ -75,7 +80,7 @@ class AnyAccelerator(Accelerator):
 
     def __reduce__(self) -> tuple[Any, tuple[str | None]]:
         # per-device classes are made at runtime; rebuild through the factory in spawned children
-        return (AnyAccelerator, (self.device_type,))
+        return (self._unbound, (self.device_type,))
 
     def __repr__(self) -> str:
         return f"AnyAccelerator({self.device_type!r})"
@@ -116,9 +121,7 @@ class AnyAccelerator(Accelerator):
         """
         device_type = cls._type()
         if device_type == "cpu":
-            from lightning.fabric.accelerators.cpu import _parse_cpu_cores
-
-            return _parse_cpu_cores(devices)
+            return _lightning.private("lightning.fabric.accelerators.cpu", "_parse_cpu_cores")(devices)
         available = runtime.device_count(device_type)
         name = get_spec(device_type).name
         indices = _device_indices(devices, available)
@@ -153,25 +156,15 @@ class AnyAccelerator(Accelerator):
     def setup_device(self, device: torch.device) -> None:
         """Make ``device`` the current device of this process and seed its RNG.
 
-        Under Fabric, also refuse a Lightning strategy that would train elsewhere or run CUDA-only
-        code (Fabric, unlike the Trainer, has no later hook where the accelerator could repair it).
-
         Raises:
-            MisconfigurationException: when a strategy hands over a device of another type.
+            MisconfigurationException: when a strategy hands over a device of another type (the
+                policy in :mod:`lightning_anyaccel.policy` refuses such strategies before they start).
         """
         assert self.device_type is not None
-        fabric_strategy = _fabric_strategy_of_caller(self)
-        if fabric_strategy is not None:
-            _check_fabric_strategy(fabric_strategy, self.device_type)
         if device.type != self.device_type:
-            if device.type == "cpu":
-                # Trainer: Lightning's connector picks SingleDeviceStrategy("cpu") for any accelerator that
-                # is not CUDA/MPS; `setup(trainer)` moves the strategy to our device before the model moves.
-                # (Fabric has no such hook: `_check_fabric_strategy` refused that case above.)
-                return
             raise MisconfigurationException(
                 f"{self!r} was given the device {device}. Use a strategy on {self.device_type!r}"
-                " devices, e.g. strategy='any_single' or 'any_ddp'."
+                " devices, e.g. strategy='any_single' or 'any_ddp', or no strategy."
             )
         runtime.set_device_index(device)
         seed = runtime.global_seed()
@@ -179,18 +172,19 @@ class AnyAccelerator(Accelerator):
             runtime.seed(self.device_type, seed)
 
     def setup(self, trainer: Any) -> None:
-        """Make the Trainer's strategy and precision use this device type before the model moves.
+        """Trainer only: check the device can do the precision, and give each rank its own weights.
 
-        Repairs the two ways Lightning routes a third-party accelerator wrongly (audit rows 4
-        and 8): a ``SingleDeviceStrategy("cpu")`` picked for one device, and a mixed-precision
-        plugin built for ``"cuda"``. Refuses Lightning strategies that run CUDA-only code paths
-        on other devices, with the strategy to use instead.
+        Lightning's own spawn launcher unshares the model's weights only for its ``CPUAccelerator``;
+        with a Lightning ``DDPStrategy(start_method="spawn")`` on ``AnyAccelerator("cpu")`` every rank
+        would otherwise step the same shared-memory weights.
         """
-        assert self.device_type is not None
-        requested = getattr(trainer._accelerator_connector, "_parallel_devices", None) or [None]
-        _align_strategy(trainer.strategy, self.device_type, requested[0])
-        precision = trainer.strategy.precision_plugin
-        check_device_supports(getattr(precision, "precision", ""), trainer.strategy.root_device)
+        strategy = trainer.strategy
+        check_device_supports(getattr(strategy.precision_plugin, "precision", ""), strategy.root_device)
+        module = strategy.lightning_module
+        if self.device_type == "cpu" and module is not None and any(p.is_shared() for p in module.parameters()):
+            _lightning.private(
+                "lightning.fabric.strategies.launchers.multiprocessing", "_disable_module_memory_sharing"
+            )(module)
 
     @override
     def teardown(self) -> None:
@@ -205,43 +199,53 @@ class AnyAccelerator(Accelerator):
 
     @classmethod
     @override
-    def register_accelerators(cls, accelerator_registry: _AcceleratorRegistry) -> None:
+    def register_accelerators(cls, accelerator_registry: Any) -> None:
         """Register ``"any"`` and every table device Lightning has no accelerator for."""
         accelerator_registry.register(
-            "any", AnyAccelerator, description="The accelerator torch.accelerator reports, else CPU", override=True
+            "any", cls, description="The accelerator torch.accelerator reports, else CPU", override=True
         )
         for spec in DEVICE_TABLE.values():
             if spec.lightning_builtin is None:
                 accelerator_registry.register(
-                    spec.type, accelerator_class(spec.type), description=f"{spec.name} via lightning-anyaccel",
-                    override=True,
+                    spec.type, cls.bound(spec.type), description=f"{spec.name} via lightning-anyaccel", override=True
                 )
 
+    @classmethod
+    def bound(cls, device_type: str) -> type[AnyAccelerator]:
+        """The subclass of this (unbound) class for ``device_type``, made once, then cached.
 
-def accelerator_class(device_type: str) -> type[AnyAccelerator]:
-    """The ``AnyAccelerator`` subclass bound to ``device_type`` (made once, then cached).
+        >>> AnyAccelerator.bound("xpu").__qualname__
+        'AnyAccelerator[xpu]'
+        """
+        get_spec(device_type)  # unknown types fail here, with the list of known ones
+        key = (cls, device_type)
+        if key not in _CLASSES:
+
+            def is_available() -> bool:
+                return runtime.is_available(device_type)
+
+            _CLASSES[key] = type(cls)(
+                f"AnyAccelerator[{device_type}]",
+                (cls,),
+                {
+                    "device_type": device_type,
+                    "_unbound": cls,
+                    "is_available": staticmethod(is_available),
+                    "__qualname__": f"AnyAccelerator[{device_type}]",
+                    "__module__": cls.__module__,
+                    "__doc__": f"AnyAccelerator bound to {get_spec(device_type).name}.",
+                },
+            )
+        return _CLASSES[key]
+
+
+def accelerator_class(device_type: str, front_end: _lightning.FrontEnd = _lightning.LIGHTNING) -> type[AnyAccelerator]:
+    """The ``AnyAccelerator`` class bound to ``device_type``, for ``front_end`` (default: ``lightning``).
 
     >>> accelerator_class("xpu").__qualname__
     'AnyAccelerator[xpu]'
     """
-    get_spec(device_type)  # unknown types fail here, with the list of known ones
-    if device_type not in _CLASSES:
-
-        def is_available() -> bool:
-            return runtime.is_available(device_type)
-
-        _CLASSES[device_type] = type(
-            f"AnyAccelerator[{device_type}]",
-            (AnyAccelerator,),
-            {
-                "device_type": device_type,
-                "is_available": staticmethod(is_available),
-                "__qualname__": f"AnyAccelerator[{device_type}]",
-                "__module__": __name__,
-                "__doc__": f"AnyAccelerator bound to {get_spec(device_type).name}.",
-            },
-        )
-    return _CLASSES[device_type]
+    return _lightning.port(AnyAccelerator, front_end).bound(device_type)
 
 
 def _device_indices(devices: _DEVICES_INPUT, available: int) -> list[int]:
@@ -264,103 +268,3 @@ def _device_indices(devices: _DEVICES_INPUT, available: int) -> list[int]:
             raise DeviceCountError(f"devices={devices} is negative. Pass a positive count, -1 (all) or indices.")
         return list(range(devices))
     return [int(index) for index in devices]
-
-
-def _align_strategy(strategy: Any, device_type: str, requested: torch.device | None) -> None:
-    """Point a Lightning strategy and its precision plugin at ``device_type`` (see ``AnyAccelerator.setup``).
-
-    ``requested`` is the device the user's ``devices=`` selected (the connector's first parallel device).
-    """
-    from lightning.pytorch.strategies import SingleDeviceStrategy
-
-    from lightning_anyaccel.strategies.common import AnyStrategyMixin
-
-    root = strategy.root_device
-    if root.type != device_type:
-        if type(strategy) is SingleDeviceStrategy and root.type == "cpu":
-            device = requested if requested is not None and requested.type == device_type else None
-            device = device or torch.device(device_type, 0)
-            rank_zero_info(f"lightning-anyaccel: moving the single-device strategy from {root} to {device}.")
-            strategy._root_device = device
-            strategy.accelerator.setup_device(device)
-        else:
-            raise MisconfigurationException(
-                f"{type(strategy).__name__} runs on {root}, but the accelerator is {device_type!r}."
-                " Use strategy='any_single' (one device) or 'any_ddp' (several)."
-            )
-    if not isinstance(strategy, AnyStrategyMixin) and get_spec(device_type).lightning_builtin is None:
-        if type(strategy) is not SingleDeviceStrategy:
-            raise MisconfigurationException(_cuda_only_message(type(strategy).__name__, device_type))
-    strategy.precision_plugin = align_precision_plugin(strategy.precision_plugin, device_type)
-    module = strategy.lightning_module
-    if device_type == "cpu" and module is not None and any(p.is_shared() for p in module.parameters()):
-        # Lightning's own spawn launcher unshares weights only for its CPUAccelerator: without
-        # this every rank would step the same shared-memory weights.
-        _disable_module_memory_sharing(module)
-
-
-def _cuda_only_message(strategy_name: str, device_type: str) -> str:
-    return (
-        f"Lightning's {strategy_name} runs CUDA-only code paths and can not train on {get_spec(device_type).name}."
-        " Use strategy='any_ddp' (or 'any_ddp_spawn', 'any_ddp_notebook')."
-    )
-
-
-def _fabric_strategy_of_caller(accelerator: AnyAccelerator, max_depth: int = 4) -> Any | None:
-    """The Fabric strategy on whose behalf Lightning calls ``setup_device``; ``None`` under the Trainer.
-
-    Lightning calls ``accelerator.setup_device(device)`` from ``Strategy.setup_environment`` and from
-    ``Fabric.to_device`` without passing the strategy; the calling frame's ``self`` is that strategy
-    (or the ``Fabric``). Frames of the accelerator itself (a subclass calling ``super()``) are skipped.
-    The tests pin this against Lightning's current call sites.
-    """
-    from lightning.fabric import Fabric
-    from lightning.fabric.strategies import Strategy as FabricStrategy
-
-    frame = sys._getframe(2)
-    for _ in range(max_depth):
-        if frame is None:
-            return None
-        owner = frame.f_locals.get("self")
-        if owner is not accelerator:
-            if isinstance(owner, Fabric):
-                return owner.strategy
-            return owner if isinstance(owner, FabricStrategy) else None
-        frame = frame.f_back
-    return None
-
-
-def _check_fabric_strategy(strategy: Any, device_type: str) -> None:
-    """Refuse a Lightning Fabric strategy that would silently train elsewhere (audit rows 4, 8, 11).
-
-    Fabric picks ``SingleDeviceStrategy("cpu")`` for one device of any accelerator but CUDA/MPS and
-    ``MixedPrecision(device="cuda")`` for any accelerator flag but ``"cpu"``/``"mps"``, and caches the
-    precision plugin in the ``Fabric`` object, so neither can be repaired here: this fails fast and
-    names the strategy that works. The package's own strategies are always accepted.
-    """
-    from lightning.fabric.strategies import SingleDeviceStrategy
-
-    from lightning_anyaccel.strategies.common import AnyStrategyMixin
-
-    if isinstance(strategy, AnyStrategyMixin):
-        return
-    spec = get_spec(device_type)
-    name = type(strategy).__name__
-    root = strategy.root_device
-    if root.type != device_type:
-        raise MisconfigurationException(
-            f"Fabric chose Lightning's {name} on {root} for AnyAccelerator({device_type!r}) (it does so for every"
-            f" accelerator but CUDA and MPS): the model would train on {root.type}, not on {spec.name}."
-            " Pass strategy='any_single' (one device) or strategy='any_ddp' (several) to Fabric."
-        )
-    if spec.lightning_builtin is None and type(strategy) is not SingleDeviceStrategy:
-        raise MisconfigurationException(_cuda_only_message(name, device_type))
-    plugin = strategy.precision
-    flag = getattr(plugin, "precision", None)
-    if flag in PRECISION_DTYPES and getattr(plugin, "device", device_type) != device_type:
-        raise MisconfigurationException(
-            f"Fabric built {type(plugin).__name__}(precision={flag!r}, device={plugin.device!r}) for"
-            f" AnyAccelerator({device_type!r}): autocast would target {plugin.device!r}, switch itself off and"
-            f" train in fp32. Pass strategy='any_single' or 'any_ddp' (they build it for {device_type!r}), or"
-            f" plugins=MixedPrecision({flag!r}, device={device_type!r}) instead of precision=."
-        )

@@ -19,8 +19,6 @@ Example:
 
 from __future__ import annotations
 
-from lightning.fabric.accelerators import ACCELERATOR_REGISTRY
-from lightning.fabric.strategies import STRATEGY_REGISTRY
 from lightning.fabric.utilities.seed import seed_everything as _lightning_seed_everything
 
 from lightning_anyaccel import runtime
@@ -40,12 +38,9 @@ from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
 
 def register() -> None:
     """Register the package's accelerator and strategy names in Fabric's registries (done at import)."""
-    AnyAccelerator.register_accelerators(ACCELERATOR_REGISTRY)
-    AnySingleDeviceStrategy.register_strategies(STRATEGY_REGISTRY)
-    AnyDDPStrategy.register_strategies(STRATEGY_REGISTRY)
-    AnyFSDPStrategy.register_strategies(STRATEGY_REGISTRY)
-    AnyModelParallelStrategy.register_strategies(STRATEGY_REGISTRY)
-    AnyDeepSpeedStrategy.register_strategies(STRATEGY_REGISTRY)
+    from lightning_anyaccel import _lightning, registration
+
+    registration.register_fabric(_lightning.LIGHTNING)
 
 
 def seed_everything(seed: int | None = None, workers: bool = True, device_type: str | None = None) -> int:

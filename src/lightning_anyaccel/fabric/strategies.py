@@ -14,6 +14,8 @@ machine does not have (pinned by ``tests/test_fabric_checks.py``).
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Generator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -26,14 +28,12 @@ from lightning.fabric.strategies import (
     ModelParallelStrategy,
     SingleDeviceStrategy,
 )
-from lightning.fabric.strategies import fsdp as _lightning_fsdp
-from lightning.fabric.strategies import model_parallel as _lightning_model_parallel
-from lightning.fabric.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 from typing_extensions import override
 
+from lightning_anyaccel import _lightning
 from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
 from lightning_anyaccel.strategies.common import AnyDistributedMixin, LazyDeviceMixin, SafeLaunchMixin
 from lightning_anyaccel.strategies.sharding import (
@@ -59,6 +59,11 @@ class AnySingleDeviceStrategy(LazyDeviceMixin, SingleDeviceStrategy):
     _precision_attr = "precision"
 
 
+_MultiProcessingLauncher = _lightning.private(
+    "lightning.fabric.strategies.launchers.multiprocessing", "_MultiProcessingLauncher"
+)
+
+
 class AnyMultiProcessingLauncher(SafeLaunchMixin, _MultiProcessingLauncher):
     """Fabric's spawn/fork launcher, with the fork and shared-memory fixes of :class:`SafeLaunchMixin`."""
 
@@ -72,21 +77,13 @@ class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
 
     strategy_name = "any_ddp"
     _precision_attr = "precision"
+    _set_world_ranks_attr = "_set_world_ranks"
     _launcher_class = AnyMultiProcessingLauncher
-
-    @override
-    def setup_environment(self) -> None:
-        self._check_accelerator()
-        self._align_precision()
-        super().setup_environment()
-        self._destroy_at_exit()
-        self._check_device_precision()
 
     @override
     def setup_module(self, module: Module) -> DistributedDataParallel:
         device_ids = self._determine_ddp_device_ids()
-        return self._wrap_ddp(module, device_ids, lambda: super(AnyDDPStrategy, self).setup_module(module))
-
+        return self._wrap_ddp(module, device_ids, functools.partial(super().setup_module, module))
 
 
 class AnyFSDPStrategy(AnyFSDPMixin, FSDPStrategy):
@@ -107,18 +104,15 @@ class AnyFSDPStrategy(AnyFSDPMixin, FSDPStrategy):
     """
 
     _precision_attr = "precision"
+    _set_world_ranks_attr = "_set_world_ranks"
     _fsdp_kwargs_attr = "_fsdp_kwargs"
     _lightning_fsdp_precision = FSDPPrecision
     _any_fsdp_precision = AnyFabricFSDPPrecision
 
     @override
-    def setup_environment(self) -> None:
-        self._setup_fsdp_environment(super().setup_environment)
-
-    @override
     def setup_module(self, module: Module) -> Module:
         """Wrap ``module`` in FSDP with ``device_id=root_device`` (Lightning passes its index, ``None`` on CPU)."""
-        return self._wrap_fsdp(module, lambda: super(AnyFSDPStrategy, self).setup_module(module))
+        return self._wrap_fsdp(module, functools.partial(super().setup_module, module))
 
     @override
     def module_sharded_context(self) -> AbstractContextManager:
@@ -139,8 +133,12 @@ class AnyFSDPStrategy(AnyFSDPMixin, FSDPStrategy):
         def helper(module: Module, world_size: int = 1, rank0_only: bool = True) -> AbstractContextManager:
             return self._full_state_dict_context(module, rank0_only)
 
-        modules = (_lightning_fsdp, _lightning_model_parallel)
-        originals = [module._get_full_state_dict_context for module in modules]  # fails loudly if Lightning renames it
+        modules = [
+            self._front_end.module(name)
+            for name in ("lightning.fabric.strategies.fsdp", "lightning.fabric.strategies.model_parallel")
+        ]
+        originals = [_lightning.private(m, "_get_full_state_dict_context", self._front_end) for m in
+                     ("lightning.fabric.strategies.fsdp", "lightning.fabric.strategies.model_parallel")]
         for module in modules:
             module._get_full_state_dict_context = helper
         try:
@@ -191,6 +189,7 @@ class AnyModelParallelStrategy(AnyModelParallelMixin, ModelParallelStrategy):
     """
 
     _precision_attr = "precision"
+    _set_world_ranks_attr = "_set_world_ranks"
 
     def __init__(self, parallelize_fn: Any = None, *args: Any, **kwargs: Any) -> None:
         super().__init__(parallelize_fn or fully_shard_data_parallel, *args, **kwargs)
@@ -206,9 +205,6 @@ class AnyModelParallelStrategy(AnyModelParallelMixin, ModelParallelStrategy):
                 " AnyModelParallelStrategy(parallelize_fn=...), or use strategy='any_fsdp2' (FSDP2 only)."
             )
 
-    @override
-    def setup_environment(self) -> None:
-        self._setup_model_parallel_environment(super().setup_environment)
 
 
 class AnyDeepSpeedStrategy(AnyDeepSpeedMixin, DeepSpeedStrategy):
@@ -228,17 +224,12 @@ class AnyDeepSpeedStrategy(AnyDeepSpeedMixin, DeepSpeedStrategy):
     """
 
     _precision_attr = "precision"
-
-    @override
-    def setup_environment(self) -> None:
-        """Fabric's DDP setup (without DeepSpeed's ``CUDAAccelerator``-only check), then DeepSpeed's check."""
-        self._validate_device_setup()
-        super(DeepSpeedStrategy, self).setup_environment()
-        self._check_active_deepspeed_accelerator()
+    _set_world_ranks_attr = "_set_world_ranks"
+    _lightning_setup_skips = "lightning.fabric.strategies.DeepSpeedStrategy"
 
     @override
     def _setup_distributed(self) -> None:
-        self._setup_deepspeed_distributed(self._set_world_ranks)
+        self._setup_deepspeed_distributed()
         self.config.setdefault("gradient_clipping", 0.0)  # what the Trainer's strategy does without gradient_clip_val
         if not self._config_initialized:
             self._format_config()

@@ -7,6 +7,22 @@ alignment, backend choice, fork safety, notebook launches, DDP wrapping, barrier
 single device, atomic checkpoints, registration) lives here once; the sharded strategies' device
 logic builds on it in :mod:`lightning_anyaccel.strategies.sharding`.
 
+Every strategy, Trainer and Fabric, single-device, DDP and sharded, sets up in the same order,
+written once in :meth:`AnyStrategyMixin.setup_environment`:
+
+1. ``_check_setup``: what needs neither the device nor the other processes (accelerator and
+   precision for the device type; with several processes also start method, backend, process
+   layout, the watch on the launching process and gloo's network interface);
+2. ``_lightning_setup``: Lightning's own ``setup_environment`` (select the device, join the
+   process group), bounded by the rendezvous deadline when there are several processes;
+3. ``_finish_setup``: what needs the device and the group (the device's own precision check; the
+   exit hook that destroys the process group).
+
+Mixins extend a step with ``super()``, never the order. The multi-node protections of
+:mod:`lightning_anyaccel.rendezvous` (MPI launcher detection and layout checks before any
+worker starts, in ``_configure_launcher``; the deadline; the interface; the parent watch) are in
+:class:`AnyDistributedMixin`, so they apply to DDP, FSDP, FSDP2 and DeepSpeed alike.
+
 Example (the same mixin under both front ends):
     >>> from lightning_anyaccel.strategies import AnyDDPStrategy as TrainerDDP
     >>> from lightning_anyaccel.fabric import AnyDDPStrategy as FabricDDP
@@ -17,24 +33,30 @@ Example (the same mixin under both front ends):
 from __future__ import annotations
 
 import atexit
+import logging
+import os
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, ClassVar
 
 import torch
 import torch.multiprocessing as mp
-from lightning.fabric.strategies.launchers.multiprocessing import _disable_module_memory_sharing
-from lightning.fabric.utilities import imports as _lightning_imports
-from lightning.fabric.utilities.distributed import _destroy_dist_connection, _distributed_is_initialized
+from lightning.fabric.plugins.environments import LightningEnvironment, MPIEnvironment
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
-from lightning_anyaccel import rendezvous
+from lightning_anyaccel import _lightning, rendezvous
 from lightning_anyaccel.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.devices import get_spec
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
+from lightning_anyaccel.environments import AnyMPIEnvironment
 from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
+
+log = logging.getLogger(__name__)
+
+#: Set by a launching process for the workers it starts, so they can exit when it dies.
+LAUNCHER_PID_ENV = "LIGHTNING_ANYACCEL_LAUNCHER_PID"
 
 #: Registered DDP name -> start method (the same names for the Trainer and for Fabric).
 START_METHODS: dict[str, str] = {
@@ -62,6 +84,41 @@ class AnyStrategyMixin:
     _precision_attr: ClassVar[str] = "precision_plugin"
     #: The name the strategy registers under.
     strategy_name: ClassVar[str] = ""
+    #: The Lightning package the class is built on (:func:`lightning_anyaccel._lightning.port` sets it).
+    _front_end: ClassVar[_lightning.FrontEnd] = _lightning.LIGHTNING
+    #: A Lightning strategy class (full name as in ``lightning``) whose own ``setup_environment`` is
+    #: skipped in step 2 (DeepSpeed's refuses every accelerator but CUDA); ``None``: skip nothing.
+    _lightning_setup_skips: ClassVar[str | None] = None
+
+    # ----- the one setup sequence -----------------------------------------------------------------
+
+    @override
+    def setup_environment(self) -> None:
+        """Set up the process: checks, then Lightning's setup, then the device's checks and exit hooks.
+
+        The order is the same for every strategy of the package (see the module docstring);
+        mixins extend the steps :meth:`_check_setup`, :meth:`_lightning_setup` and
+        :meth:`_finish_setup`.
+        """
+        self._check_setup()
+        self._lightning_setup()
+        self._finish_setup()
+
+    def _check_setup(self) -> None:
+        """Step 1: what needs neither the device nor other processes."""
+        self._validate_device_setup()
+
+    def _lightning_setup(self) -> None:
+        """Step 2: Lightning's own ``setup_environment`` (device selection; the process group)."""
+        skipped = self._lightning_setup_skips
+        start = _lightning.lightning_class(self, skipped) if skipped else AnyStrategyMixin
+        super(start, self).setup_environment()  # type: ignore[misc]
+
+    def _finish_setup(self) -> None:
+        """Step 3: what needs the device (its own precision check)."""
+        self._check_device_precision()
+
+    # ----- the steps' parts -----------------------------------------------------------------------
 
     @property
     def device_type(self) -> str:
@@ -96,7 +153,7 @@ class AnyStrategyMixin:
         Set lazily rather than in ``__init__``, so ``plugins=[MyCheckpointIO()]`` still works.
         """
         if self._checkpoint_io is None:
-            self._checkpoint_io = AtomicCheckpointIO()
+            self._checkpoint_io = _lightning.port(AtomicCheckpointIO, self._front_end)()
         return super().checkpoint_io  # type: ignore[misc]
 
     @checkpoint_io.setter
@@ -169,23 +226,31 @@ class LazyDeviceMixin(AnyStrategyMixin):
         super()._configure_launcher()  # type: ignore[misc]
         self._validate_device_setup()
 
-    @override
-    def setup_environment(self) -> None:
-        self._validate_device_setup()
-        super().setup_environment()  # type: ignore[misc]
-        self._check_device_precision()
-
 
 class AnyDistributedMixin(AnyStrategyMixin):
-    """DDP-family overrides: launcher, backend, process-group lifetime, DDP wrapping, barrier, fork check."""
+    """Several processes: launcher, multi-node protections, backend, process group, DDP wrapping, barrier.
+
+    Extends the setup steps with what every multi-process strategy (DDP, FSDP, FSDP2, DeepSpeed;
+    Trainer and Fabric) needs: the layout checks, the watch on the launching process and gloo's
+    interface before connecting; the rendezvous deadline around Lightning's setup; the exit hook.
+    """
 
     _process_group_backend: str | None
     _ddp_kwargs: dict[str, Any]
     _start_method: str
     parallel_devices: list[torch.device] | None
     _launcher: Any
+    cluster_environment: Any
+    num_nodes: int
+    num_processes: int
+    node_rank: int
+    local_rank: int
+    global_rank: int
+    world_size: int
     #: The front end's multiprocessing launcher class with :class:`SafeLaunchMixin` mixed in.
     _launcher_class: ClassVar[type]
+    #: The front end's method that sets the ranks from the cluster environment.
+    _set_world_ranks_attr: ClassVar[str] = "set_world_ranks"
     strategy_name: ClassVar[str] = "any_ddp"
 
     def __init__(self, *args: Any, timeout: timedelta | None = None, **kwargs: Any) -> None:
@@ -215,7 +280,7 @@ class AnyDistributedMixin(AnyStrategyMixin):
                 f" does not have (it has {', '.join(mp.get_all_start_methods())}). Run your code as a script with"
                 " strategy='any_ddp', or use 'any_ddp_spawn'."
             )
-        if _lightning_imports._IS_INTERACTIVE and self._start_method not in ("fork", "forkserver"):
+        if _lightning.is_interactive() and self._start_method not in ("fork", "forkserver"):
             raise NotebookLaunchError(
                 f"strategy={self.strategy_name!r} (start method {self._start_method!r}) can not run from a notebook or"
                 " an interactive session: 'popen' re-runs a script and 'spawn' can not pickle functions defined"
@@ -231,17 +296,95 @@ class AnyDistributedMixin(AnyStrategyMixin):
 
     @override
     def _configure_launcher(self) -> None:
-        """Lightning's launcher for popen; the fork-checked multiprocessing launcher otherwise."""
+        """Adopt an MPI launcher's layout, then Lightning's launcher for popen, the fork-checked one otherwise."""
+        self._adopt_launcher_environment()
+        if self._start_method == "popen" and not self.cluster_environment.creates_processes_externally:
+            os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
         if self._start_method == "popen":
             super()._configure_launcher()  # type: ignore[misc]
         else:
-            self._launcher = self._launcher_class(self, start_method=self._start_method)
+            self._launcher = _lightning.port(self._launcher_class, self._front_end)(self, start_method=self._start_method)
         if self.parallel_devices:
             self._validate_device_setup()
 
+    def _adopt_launcher_environment(self) -> None:
+        """Use :class:`AnyMPIEnvironment` under an MPI launcher, and check the layout early.
+
+        Lightning picks its generic environment (or ``MPIEnvironment``, which needs ``mpi4py``
+        and derives nodes from host names) for ``mpiexec`` jobs; each rank would then start
+        its own workers. Runs in the launching process, before any worker or connection.
+        """
+        env = self.cluster_environment
+        generic = tuple(_lightning.port(cls, self._front_end) for cls in (LightningEnvironment, MPIEnvironment))
+        if type(env) in generic and AnyMPIEnvironment.detect():
+            self.cluster_environment = _lightning.port(AnyMPIEnvironment, self._front_end)()
+            self._set_ranks()
+        elif type(env) is generic[0]:
+            world_size = os.environ.get("WORLD_SIZE")
+            rendezvous.check_layout(
+                num_nodes=self.num_nodes,
+                num_processes=self.num_processes,
+                node_rank=env.node_rank(),
+                local_rank=env.local_rank(),
+                world_size=int(world_size) if world_size else None,
+            )
+
+    def _set_ranks(self) -> None:
+        """Set global rank and world size from the cluster environment (the front end's method)."""
+        getattr(self, self._set_world_ranks_attr)()
+
+    @override
+    def _check_setup(self) -> None:
+        """Also: watch the launching process, check the layout, and name gloo's interface."""
+        super()._check_setup()
+        launcher_pid = os.environ.get(LAUNCHER_PID_ENV)
+        if launcher_pid and int(launcher_pid) != os.getpid():
+            rendezvous.watch_parent(int(launcher_pid), rank=self.global_rank)
+        env = self.cluster_environment
+        self._set_ranks()
+        rendezvous.check_layout(
+            num_nodes=self.num_nodes,
+            num_processes=self.num_processes,
+            node_rank=self.node_rank,
+            local_rank=self.local_rank,
+            world_size=env.world_size(),
+            global_rank=env.global_rank(),
+        )
+        rendezvous.configure_socket_interface(env.main_address)
+
+    @override
+    def _lightning_setup(self) -> None:
+        """Lightning's setup, ended with a message if the rendezvous outlives ``timeout`` (plus a grace)."""
+        env = self.cluster_environment
+        address, port = env.main_address, env.main_port
+        seconds = self.timeout.total_seconds() + rendezvous.RENDEZVOUS_GRACE_S
+        message = (
+            f"rank {env.global_rank()}/{env.world_size()}: the rendezvous at {address}:{port} did not complete."
+            f" Check that all {self.num_nodes} node(s) started with the same MASTER_ADDR/MASTER_PORT and distinct"
+            " NODE_RANKs, that the port is not used by another program, and that no firewall blocks it"
+        )
+        with rendezvous.Deadline(seconds, message):
+            super()._lightning_setup()
+
+    @override
+    def _finish_setup(self) -> None:
+        """Also: destroy the process group at exit."""
+        super()._finish_setup()
+        self._destroy_at_exit()
+
+    def on_exception(self, exception: BaseException) -> None:
+        """Say which rank failed and why the others stop, for errors of the process group (Trainer hook)."""
+        super().on_exception(exception)  # type: ignore[misc]
+        if self.world_size > 1 and _is_distributed_failure(exception):
+            log.error(
+                "[lightning_anyaccel] rank %d/%d: a collective failed (%s). Another process of this job died,"
+                " froze or lost its connection (timeout %s); the job stops on every rank.",
+                self.global_rank, self.world_size, type(exception).__name__, self.timeout,
+            )
+
     def _destroy_at_exit(self) -> None:
         """Destroy the process group at exit for every backend (Lightning does it for NCCL only)."""
-        atexit.register(_destroy_dist_connection)
+        atexit.register(_lightning.private("lightning.fabric.utilities.distributed", "_destroy_dist_connection"))
 
     def _wrap_ddp(self, module: torch.nn.Module, device_ids: list[int] | None, default: Callable[[], Any]) -> Any:
         """Wrap ``module`` in DDP; only devices whose table row says so use Lightning's side stream."""
@@ -251,7 +394,7 @@ class AnyDistributedMixin(AnyStrategyMixin):
 
     def _barrier(self) -> None:
         """A barrier on the device the process group was bound to (no NCCL-only ``device_ids``)."""
-        if _distributed_is_initialized():
+        if _lightning.private("lightning.fabric.utilities.distributed", "_distributed_is_initialized")():
             torch.distributed.barrier()
 
     @override
@@ -262,14 +405,13 @@ class AnyDistributedMixin(AnyStrategyMixin):
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register every name of :data:`START_METHODS` with its start method."""
+        """Register every name of :data:`START_METHODS` with its start method, also ``..._find_unused_parameters_true``."""
         for name, start_method in START_METHODS.items():
+            description = f"DDP on the accelerator's device type, start method {start_method!r}"
+            strategy_registry.register(name, cls, description=description, start_method=start_method, override=True)
             strategy_registry.register(
-                name,
-                cls,
-                description=f"DDP on the accelerator's device type, start method {start_method!r}",
-                start_method=start_method,
-                override=True,
+                f"{name}_find_unused_parameters_true", cls, description=description + ", find_unused_parameters=True",
+                start_method=start_method, find_unused_parameters=True, override=True,
             )
 
 
@@ -297,5 +439,17 @@ class SafeLaunchMixin:
     @override
     def _wrapping_function(self, process_idx: int, *rest: Any) -> Any:
         if self._start_method == "spawn" and self._strategy.root_device.type == "cpu":
-            rest = _disable_module_memory_sharing(rest)
+            rest = _lightning.private(
+                "lightning.fabric.strategies.launchers.multiprocessing", "_disable_module_memory_sharing"
+            )(rest)
         return super()._wrapping_function(process_idx, *rest)  # type: ignore[misc]
+
+
+def _is_distributed_failure(exception: BaseException) -> bool:
+    """Whether ``exception`` came from the process group (a peer died, froze or disconnected)."""
+    if isinstance(exception, torch.distributed.DistError):
+        return True
+    text = str(exception)
+    return isinstance(exception, RuntimeError) and any(
+        marker in text for marker in ("Connection closed by peer", "Connection reset", "Timed out", "timed out")
+    )

@@ -58,16 +58,9 @@ class AnyDeepSpeedStrategy(AnyDeepSpeedMixin, DeepSpeedStrategy):
     """
 
     @override
-    def setup_environment(self) -> None:
-        """Lightning's setup without its ``CUDAAccelerator``-only check, then DeepSpeed's accelerator check."""
-        self._validate_device_setup()
-        super(DeepSpeedStrategy, self).setup_environment()
-        self._check_active_deepspeed_accelerator()
-
-    @override
     def setup_distributed(self) -> None:
         """Check device indices only where devices have them, then start DeepSpeed's process group."""
-        self._setup_deepspeed_distributed(self.set_world_ranks)
+        self._setup_deepspeed_distributed()
 
     @override
     def _setup_model_and_optimizer(

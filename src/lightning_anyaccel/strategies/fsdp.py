@@ -24,6 +24,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Generator
 from contextlib import contextmanager
 from typing import Any
@@ -35,6 +37,7 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
+from lightning_anyaccel import _lightning
 from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
 from lightning_anyaccel.strategies.sharding import AnyFSDPMixin
 
@@ -63,13 +66,9 @@ class AnyFSDPStrategy(AnyFSDPMixin, FSDPStrategy):
     _any_fsdp_precision = AnyFSDPPrecision
 
     @override
-    def setup_environment(self) -> None:
-        self._setup_fsdp_environment(super().setup_environment)
-
-    @override
     def _setup_model(self, model: Module) -> Module:
         """Wrap ``model`` in FSDP with ``device_id=root_device`` (Lightning passes its index, ``None`` on CPU)."""
-        return self._wrap_fsdp(model, lambda: super(AnyFSDPStrategy, self)._setup_model(model))
+        return self._wrap_fsdp(model, functools.partial(super()._setup_model, model))
 
     @contextmanager
     @override
@@ -98,7 +97,7 @@ class AnyFSDPStrategy(AnyFSDPMixin, FSDPStrategy):
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp import OptimStateKeyType
 
-        if isinstance(optimizer, LightningOptimizer):
+        if isinstance(optimizer, _lightning.port(LightningOptimizer, self._front_end)):
             optimizer = optimizer._optimizer
         assert self.model is not None
         with self._full_state_dict_context(self.model):

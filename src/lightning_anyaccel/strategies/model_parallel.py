@@ -37,10 +37,6 @@ class AnyModelParallelStrategy(AnyModelParallelMixin, ModelParallelStrategy):
     """
 
     @override
-    def setup_environment(self) -> None:
-        self._setup_model_parallel_environment(super().setup_environment)
-
-    @override
     def barrier(self, name: str | None = None) -> None:
         self._barrier()
 

@@ -18,11 +18,10 @@ from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
 import torch
-from lightning.fabric.strategies.deepspeed import _validate_device_index_selection
-from lightning.fabric.strategies.fsdp import _move_torchmetrics_to_device, _setup_activation_checkpointing
 from lightning.fabric.utilities.seed import reset_seed
 from typing_extensions import override
 
+from lightning_anyaccel import _lightning
 from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, get_spec
 from lightning_anyaccel.precision import align_precision_plugin
 from lightning_anyaccel.strategies.common import AnyDistributedMixin
@@ -155,18 +154,16 @@ class AnyFSDPMixin(AnyShardedMixin):
         if plugin is not None:
             setattr(self, self._precision_attr, align_precision_plugin(plugin, self.device_type))
 
-    def _setup_fsdp_environment(self, lightning_setup: Callable[[], None]) -> None:
-        """Run the front end's ``setup_environment`` with a ``device_mesh`` tuple built on the device type.
+    @override
+    def _lightning_setup(self) -> None:
+        """Lightning's setup, with a ``device_mesh`` tuple built on the device type afterwards.
 
         Lightning would build a ``(replicas, shards)`` tuple with ``init_device_mesh("cuda", ...)``.
         """
-        self._validate_device_setup()
         shape = self._fsdp_options.get("device_mesh")
         if isinstance(shape, tuple):
             del self._fsdp_options["device_mesh"]
-        lightning_setup()
-        self._destroy_at_exit()
-        self._check_device_precision()
+        super()._lightning_setup()
         if isinstance(shape, tuple):
             self._fsdp_options["device_mesh"] = self._init_device_mesh(shape, ("replicate", "shard"))
 
@@ -191,8 +188,10 @@ class AnyFSDPMixin(AnyShardedMixin):
         if any(isinstance(submodule, FullyShardedDataParallel) for submodule in module.modules()):
             return already_wrapped()
         wrapped = FullyShardedDataParallel(module=module, **self._fsdp_wrap_kwargs())
-        _move_torchmetrics_to_device(wrapped, self.root_device)
-        _setup_activation_checkpointing(wrapped, self._activation_checkpointing_kwargs)
+        _lightning.private("lightning.fabric.strategies.fsdp", "_move_torchmetrics_to_device")(wrapped, self.root_device)
+        _lightning.private("lightning.fabric.strategies.fsdp", "_setup_activation_checkpointing")(
+            wrapped, self._activation_checkpointing_kwargs
+        )
         return wrapped
 
     def _fsdp_enable_wrap(self) -> AbstractContextManager:
@@ -238,13 +237,12 @@ class AnyModelParallelMixin(AnyShardedMixin):
     num_nodes: int
     num_processes: int
 
-    def _setup_model_parallel_environment(self, lightning_setup: Callable[[], None]) -> None:
-        """Validate, size the mesh for pure FSDP2, then run the front end's ``setup_environment``."""
-        self._validate_device_setup()
+    @override
+    def _check_setup(self) -> None:
+        """Also size the mesh for pure FSDP2 (every process in the sharding dimension)."""
+        super()._check_setup()
         if self._tensor_parallel_size == 1 and self._data_parallel_size == "auto":
             self._data_parallel_size = self.num_nodes * self.num_processes
-        lightning_setup()
-        self._destroy_at_exit()
 
     @classmethod
     @override
@@ -299,6 +297,7 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
 
     strategy_name: ClassVar[str] = "any_deepspeed"
     _sharding_name = "DeepSpeed"
+    _lightning_setup_skips = "lightning.pytorch.strategies.DeepSpeedStrategy"  # Fabric: set by its class
     config: Any
     local_rank: int
 
@@ -343,6 +342,12 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         self._select_deepspeed_accelerator()  # first: "DeepSpeed does not run here" beats a backend message
         super()._validate_device_setup()
 
+    @override
+    def _finish_setup(self) -> None:
+        """Also refuse a DeepSpeed that already picked another accelerator in this process."""
+        super()._finish_setup()
+        self._check_active_deepspeed_accelerator()
+
     def _check_active_deepspeed_accelerator(self) -> None:
         """After setup: refuse a DeepSpeed that already picked another accelerator in this process."""
         from deepspeed.accelerator import get_accelerator
@@ -354,16 +359,21 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
                 f" {self.device_type!r}. Set DS_ACCELERATOR={self.deepspeed_accelerator} before importing deepspeed."
             )
 
-    def _setup_deepspeed_distributed(self, set_world_ranks: Callable[[], None]) -> None:
-        """Check device indices only where devices have them, then start DeepSpeed's process group."""
+    def _setup_deepspeed_distributed(self) -> None:
+        """Check device indices only where devices have them, then start DeepSpeed's process group.
+
+        Both front ends call this from their process-group hook (Trainer: ``setup_distributed``;
+        Fabric: ``_setup_distributed``), inside step 2 of the setup sequence.
+        """
         parallel_devices = self.parallel_devices
         assert parallel_devices is not None
         if self._process_group_device() is not None:
-            _validate_device_index_selection(parallel_devices)
+            _lightning.private("lightning.fabric.strategies.deepspeed", "_validate_device_index_selection")(
+                parallel_devices
+            )
         reset_seed()
-        set_world_ranks()
+        self._set_ranks()
         self._init_deepspeed_distributed()  # type: ignore[attr-defined]
-        self._destroy_at_exit()
 
     @property
     def device_rank(self) -> int:

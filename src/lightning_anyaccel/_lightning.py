@@ -1,0 +1,529 @@
+"""The package's contract with Lightning: every private Lightning name it uses, and both packages.
+
+Lightning is published twice: as ``lightning`` (``lightning.pytorch`` for the Trainer,
+``lightning.fabric`` for Fabric) and as ``pytorch_lightning`` + ``lightning_fabric``. The same
+classes exist in both, but they are different objects: a strategy built on
+``lightning.pytorch.strategies.DDPStrategy`` is refused by ``pytorch_lightning.Trainer``.
+
+This module is the one place that knows that, and the one place that touches what Lightning does
+not promise (names starting with ``_``):
+
+- :class:`FrontEnd`, :data:`LIGHTNING` and :data:`PYTORCH_LIGHTNING` name the two packages, and
+  :func:`port` rebuilds a class of this package on the other package's base classes. Classes of
+  the package keep their behaviour in mixins (no Lightning base) and their Lightning base in
+  an empty concrete class, so one code base serves both packages;
+- :data:`PRIVATE_NAMES` and :data:`PRIVATE_ATTRIBUTES` list every private module attribute and
+  every private attribute of a Lightning object the package reads or writes, with the package
+  function that depends on it (``tests/test_lightning_contract.py`` checks them on the installed
+  Lightning, and checks that the package uses no private name that is not listed here);
+- :func:`private` is how the package reads a private module attribute;
+- :func:`install_connector_hooks` teaches Lightning's accelerator connectors (Trainer and Fabric)
+  to ask :mod:`lightning_anyaccel.policy` which strategy to use with the package's accelerator.
+
+Example:
+    >>> PYTORCH_LIGHTNING.translate("lightning.pytorch.strategies.ddp")
+    'pytorch_lightning.strategies.ddp'
+    >>> PYTORCH_LIGHTNING.translate("lightning.fabric.connector")
+    'lightning_fabric.connector'
+    >>> front_end_of_module("pytorch_lightning.trainer.trainer") is PYTORCH_LIGHTNING
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import inspect
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FunctionType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """One Lightning distribution, as users import it.
+
+    Args:
+        package: the top-level module users import (``"lightning"`` or ``"pytorch_lightning"``).
+        trainer: the module root of its Trainer.
+        fabric: the module root of its Fabric.
+    """
+
+    package: str
+    trainer: str
+    fabric: str
+
+    def translate(self, module: str) -> str:
+        """The name of ``module`` (a module of the ``lightning`` package) in this front end."""
+        for root_of_lightning, own in ((LIGHTNING.trainer, self.trainer), (LIGHTNING.fabric, self.fabric)):
+            if module == root_of_lightning or module.startswith(root_of_lightning + "."):
+                return own + module[len(root_of_lightning):]
+        return module
+
+    def is_installed(self) -> bool:
+        """Whether this distribution can be imported here (without importing it)."""
+        return importlib.util.find_spec(self.package) is not None
+
+    def module(self, name: str) -> Any:
+        """Import a module of this front end, named as in ``lightning`` (``"lightning.fabric.connector"``)."""
+        return importlib.import_module(self.translate(name))
+
+
+#: ``import lightning`` (``lightning.pytorch`` and ``lightning.fabric``): the package's classes are written for it.
+LIGHTNING = FrontEnd("lightning", "lightning.pytorch", "lightning.fabric")
+#: ``import pytorch_lightning`` (with the stand-alone ``lightning_fabric``).
+PYTORCH_LIGHTNING = FrontEnd("pytorch_lightning", "pytorch_lightning", "lightning_fabric")
+FRONT_ENDS: tuple[FrontEnd, ...] = (LIGHTNING, PYTORCH_LIGHTNING)
+
+
+def front_end_of_module(module: str) -> FrontEnd | None:
+    """The front end a module belongs to, ``None`` for modules of neither."""
+    for front_end in FRONT_ENDS:
+        for root in (front_end.trainer, front_end.fabric):
+            if module == root or module.startswith(root + "."):
+                return front_end
+    return None
+
+
+def front_end_of(obj: Any) -> FrontEnd | None:
+    """The front end whose Lightning classes ``obj`` (an instance or a class) is built on.
+
+    >>> from lightning.pytorch import Trainer
+    >>> front_end_of(Trainer) is LIGHTNING
+    True
+    """
+    cls = obj if isinstance(obj, type) else type(obj)
+    for klass in cls.__mro__:
+        front_end = front_end_of_module(klass.__module__)
+        if front_end is not None:
+            return front_end
+    return None
+
+
+# ----- one code base for both packages ------------------------------------------------------------
+
+_PORTED: dict[tuple[type, str], type] = {}
+
+#: Where the ported classes of each front end can be imported from (and found again by pickle):
+#: (front end package, the original lives under lightning_anyaccel.fabric) -> module.
+_PORT_MODULES: dict[tuple[str, bool], str] = {
+    ("pytorch_lightning", False): "lightning_anyaccel.pytorch_lightning",
+    ("pytorch_lightning", True): "lightning_anyaccel.lightning_fabric",
+}
+
+
+def port(obj: T, front_end: FrontEnd) -> T:
+    """``obj`` for ``front_end``: Lightning classes are looked up there, the package's classes rebuilt.
+
+    A class of this package whose bases include a Lightning class is rebuilt once (then cached)
+    on the ported bases, with every class attribute ported the same way. Methods share their code
+    with the original; only their ``__class__`` cell (what zero-argument ``super()`` reads) points at
+    the rebuilt class. The rebuilt class lives in :mod:`lightning_anyaccel.pytorch_lightning` (Trainer
+    side) or :mod:`lightning_anyaccel.lightning_fabric` (Fabric side), under the same name, so
+    pickle (``spawn``) finds it again. Everything else is returned unchanged.
+
+    >>> from lightning_anyaccel.strategies import AnyDDPStrategy
+    >>> ported = port(AnyDDPStrategy, PYTORCH_LIGHTNING)
+    >>> ported.__module__, [c.__module__ for c in ported.__mro__ if c.__name__ == "DDPStrategy"]
+    ('lightning_anyaccel.pytorch_lightning', ['pytorch_lightning.strategies.ddp'])
+    """
+    if front_end is LIGHTNING or not isinstance(obj, type):
+        return obj
+    if front_end_of_module(obj.__module__) is LIGHTNING:
+        module = importlib.import_module(front_end.translate(obj.__module__))
+        return functools.reduce(getattr, obj.__qualname__.split("."), module)  # type: ignore[arg-type,return-value]
+    if not obj.__module__.startswith("lightning_anyaccel") or front_end_of(obj) is not LIGHTNING:
+        return obj
+    key = (obj, front_end.package)
+    if key not in _PORTED:
+        _PORTED[key] = _rebuild(obj, front_end)
+    return _PORTED[key]  # type: ignore[return-value]
+
+
+def ported_class(module: str, name: str) -> type:
+    """The ported class that ``module`` (one of :data:`_PORT_MODULES`) exposes as ``name`` (for pickle).
+
+    Raises:
+        AttributeError: no class of that name was ported for that module yet.
+    """
+    for (original, package), ported in _PORTED.items():
+        if ported.__module__ == module and ported.__qualname__ == name:
+            return ported
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+
+def _rebuild(cls: type, front_end: FrontEnd) -> type:
+    class_cell = types.CellType()
+    namespace = {
+        name: _rebind(port(value, front_end), class_cell, f"{cls.__qualname__}.{name}")
+        for name, value in vars(cls).items()
+        if name not in ("__dict__", "__weakref__")
+    }
+    namespace["_front_end"] = front_end
+    fabric_side = cls.__module__.startswith("lightning_anyaccel.fabric")
+    namespace["__module__"] = _PORT_MODULES[(front_end.package, fabric_side)]
+    bases = tuple(port(base, front_end) for base in cls.__bases__)
+    rebuilt = type(cls)(cls.__name__, bases, namespace)
+    class_cell.cell_contents = rebuilt
+    return rebuilt
+
+
+def _rebind(value: Any, class_cell: types.CellType, where: str) -> Any:
+    """``value`` with the ``__class__`` cell of its functions replaced by ``class_cell``."""
+    if isinstance(value, staticmethod):
+        return staticmethod(_rebind(value.__func__, class_cell, where))
+    if isinstance(value, classmethod):
+        return classmethod(_rebind(value.__func__, class_cell, where))
+    if isinstance(value, property):
+        return property(*(_rebind(f, class_cell, where) for f in (value.fget, value.fset, value.fdel)), value.__doc__)
+    if not isinstance(value, FunctionType):
+        return value
+    if "__class__" not in value.__code__.co_freevars:
+        wrapped = getattr(value, "__wrapped__", None)
+        if isinstance(wrapped, FunctionType) and "__class__" in wrapped.__code__.co_freevars:
+            raise TypeError(f"{where} wraps a function that uses super(): it can not be ported; unwrap it.")
+        return value
+    closure = tuple(
+        class_cell if name == "__class__" else cell
+        for name, cell in zip(value.__code__.co_freevars, value.__closure__ or ())
+    )
+    function = FunctionType(value.__code__, value.__globals__, value.__name__, value.__defaults__, closure)
+    function.__kwdefaults__ = value.__kwdefaults__
+    return functools.update_wrapper(function, value, updated=())
+
+
+def lightning_class(obj: Any, lightning_name: str) -> type:
+    """The Lightning class named ``lightning_name`` (``"lightning.pytorch.strategies.DeepSpeedStrategy"``)
+    in the front end ``obj`` is built on; for ``super(cls, self)`` calls that skip one Lightning class."""
+    module_name, _, class_name = lightning_name.rpartition(".")
+    front_end = front_end_of(obj) or LIGHTNING
+    return getattr(front_end.module(module_name), class_name)
+
+
+# ----- private names ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrivateName:
+    """A private module attribute of Lightning the package uses, and who uses it."""
+
+    module: str
+    name: str
+    used_by: str
+
+
+@dataclass(frozen=True)
+class PrivateAttribute:
+    """A private attribute (or method) of a Lightning object the package reads, writes or overrides."""
+
+    owner: str
+    name: str
+    used_by: str
+
+
+#: Every private Lightning module attribute the package uses (module names as in ``lightning``).
+PRIVATE_NAMES: tuple[PrivateName, ...] = (
+    PrivateName("lightning.fabric.accelerators.cpu", "_parse_cpu_cores", "AnyAccelerator.parse_devices"),
+    PrivateName("lightning.fabric.strategies.launchers.multiprocessing", "_disable_module_memory_sharing",
+                "SafeLaunchMixin._wrapping_function, AnyAccelerator.setup"),
+    PrivateName("lightning.fabric.utilities.imports", "_IS_INTERACTIVE",
+                "AnyDistributedMixin._check_start_method, policy.default_strategy"),
+    PrivateName("lightning.fabric.utilities.distributed", "_destroy_dist_connection",
+                "AnyDistributedMixin._destroy_at_exit"),
+    PrivateName("lightning.fabric.utilities.distributed", "_distributed_is_initialized", "AnyDistributedMixin._barrier"),
+    PrivateName("lightning.fabric.strategies.deepspeed", "_validate_device_index_selection",
+                "AnyDeepSpeedMixin._setup_deepspeed_distributed"),
+    PrivateName("lightning.fabric.strategies.fsdp", "_move_torchmetrics_to_device", "AnyFSDPMixin._wrap_fsdp"),
+    PrivateName("lightning.fabric.strategies.fsdp", "_setup_activation_checkpointing", "AnyFSDPMixin._wrap_fsdp"),
+    PrivateName("lightning.fabric.strategies.fsdp", "_get_full_state_dict_context",
+                "FabricFSDPHooks._lightning_full_state_dict"),
+    PrivateName("lightning.fabric.strategies.model_parallel", "_get_full_state_dict_context",
+                "FabricFSDPHooks._lightning_full_state_dict"),
+    PrivateName("lightning.pytorch.overrides.distributed", "_register_ddp_comm_hook",
+                "TrainerDDPHooks._register_ddp_hooks"),
+    PrivateName("lightning.pytorch.strategies.launchers.multiprocessing", "_MultiProcessingLauncher",
+                "strategies.ddp.AnyMultiProcessingLauncher"),
+    PrivateName("lightning.fabric.strategies.launchers.multiprocessing", "_MultiProcessingLauncher",
+                "fabric.strategies.AnyMultiProcessingLauncher"),
+    PrivateName("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector",
+                "install_connector_hooks"),
+    PrivateName("lightning.fabric.connector", "_Connector", "install_connector_hooks"),
+)
+
+_TRAINER_DDP = "lightning.pytorch.strategies.DDPStrategy"
+_FABRIC_DDP = "lightning.fabric.strategies.DDPStrategy"
+_TRAINER_CONNECTOR = "lightning.pytorch.trainer.connectors.accelerator_connector._AcceleratorConnector"
+_FABRIC_CONNECTOR = "lightning.fabric.connector._Connector"
+
+#: Every private attribute or method of a Lightning object that the package reads, writes or overrides.
+PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
+    # strategies (both front ends)
+    PrivateAttribute("lightning.pytorch.strategies.Strategy", "_precision_plugin", "AnyFSDPMixin._align_precision"),
+    PrivateAttribute("lightning.fabric.strategies.Strategy", "_precision", "AnyFSDPMixin._align_precision"),
+    PrivateAttribute("lightning.pytorch.strategies.Strategy", "_checkpoint_io", "AnyStrategyMixin.checkpoint_io"),
+    PrivateAttribute("lightning.fabric.strategies.Strategy", "_checkpoint_io", "AnyStrategyMixin.checkpoint_io"),
+    PrivateAttribute("lightning.pytorch.strategies.Strategy", "_launcher", "AnyDistributedMixin._configure_launcher"),
+    PrivateAttribute("lightning.fabric.strategies.Strategy", "_launcher", "AnyDistributedMixin._configure_launcher"),
+    PrivateAttribute("lightning.pytorch.strategies.SingleDeviceStrategy", "_root_device", "LazyDeviceMixin"),
+    PrivateAttribute("lightning.fabric.strategies.SingleDeviceStrategy", "_root_device", "LazyDeviceMixin"),
+    PrivateAttribute(_TRAINER_DDP, "_configure_launcher", "AnyDistributedMixin._configure_launcher"),
+    PrivateAttribute(_FABRIC_DDP, "_configure_launcher", "AnyDistributedMixin._configure_launcher"),
+    PrivateAttribute(_TRAINER_DDP, "_get_process_group_backend", "AnyDistributedMixin._get_process_group_backend"),
+    PrivateAttribute(_FABRIC_DDP, "_get_process_group_backend", "AnyDistributedMixin._get_process_group_backend"),
+    PrivateAttribute(_TRAINER_DDP, "_process_group_backend", "AnyDistributedMixin._resolve_backend"),
+    PrivateAttribute(_FABRIC_DDP, "_process_group_backend", "AnyDistributedMixin._resolve_backend"),
+    PrivateAttribute(_TRAINER_DDP, "_start_method", "AnyDistributedMixin._check_start_method"),
+    PrivateAttribute(_FABRIC_DDP, "_start_method", "AnyDistributedMixin._check_start_method"),
+    PrivateAttribute(_TRAINER_DDP, "_timeout", "AnyDistributedMixin.timeout"),
+    PrivateAttribute(_FABRIC_DDP, "_timeout", "AnyDistributedMixin.timeout"),
+    PrivateAttribute(_TRAINER_DDP, "_ddp_kwargs", "AnyDistributedMixin._wrap_ddp"),
+    PrivateAttribute(_FABRIC_DDP, "_ddp_kwargs", "AnyDistributedMixin._wrap_ddp"),
+    PrivateAttribute(_FABRIC_DDP, "_set_world_ranks", "FabricHooks._set_ranks"),
+    PrivateAttribute(_FABRIC_DDP, "_determine_ddp_device_ids", "FabricDDPHooks.setup_module"),
+    PrivateAttribute(_TRAINER_DDP, "_setup_model", "TrainerDDPHooks._setup_model"),
+    PrivateAttribute(_TRAINER_DDP, "_register_ddp_hooks", "TrainerDDPHooks._register_ddp_hooks"),
+    PrivateAttribute(_TRAINER_DDP, "_ddp_comm_state", "TrainerDDPHooks._register_ddp_hooks"),
+    PrivateAttribute(_TRAINER_DDP, "_ddp_comm_hook", "TrainerDDPHooks._register_ddp_hooks"),
+    PrivateAttribute(_TRAINER_DDP, "_ddp_comm_wrapper", "TrainerDDPHooks._register_ddp_hooks"),
+    PrivateAttribute("lightning.pytorch.strategies.FSDPStrategy", "_setup_model", "TrainerFSDPHooks._setup_model"),
+    PrivateAttribute("lightning.pytorch.strategies.FSDPStrategy", "_state_dict_type", "AnyFSDPMixin"),
+    PrivateAttribute("lightning.fabric.strategies.FSDPStrategy", "_state_dict_type", "AnyFSDPMixin"),
+    PrivateAttribute("lightning.pytorch.strategies.FSDPStrategy", "_activation_checkpointing_kwargs",
+                     "AnyFSDPMixin._wrap_fsdp"),
+    PrivateAttribute("lightning.fabric.strategies.FSDPStrategy", "_activation_checkpointing_kwargs",
+                     "AnyFSDPMixin._wrap_fsdp"),
+    PrivateAttribute("lightning.fabric.strategies.FSDPStrategy", "_fsdp_kwargs", "AnyFSDPMixin._fsdp_options"),
+    PrivateAttribute("lightning.pytorch.strategies.ModelParallelStrategy", "_data_parallel_size",
+                     "AnyModelParallelMixin"),
+    PrivateAttribute("lightning.pytorch.strategies.ModelParallelStrategy", "_tensor_parallel_size",
+                     "AnyModelParallelMixin"),
+    PrivateAttribute("lightning.fabric.strategies.ModelParallelStrategy", "_data_parallel_size",
+                     "AnyModelParallelMixin"),
+    PrivateAttribute("lightning.fabric.strategies.ModelParallelStrategy", "_tensor_parallel_size",
+                     "AnyModelParallelMixin"),
+    PrivateAttribute("lightning.pytorch.strategies.DeepSpeedStrategy", "_init_deepspeed_distributed",
+                     "AnyDeepSpeedMixin._setup_deepspeed_distributed"),
+    PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_init_deepspeed_distributed",
+                     "AnyDeepSpeedMixin._setup_deepspeed_distributed"),
+    PrivateAttribute("lightning.pytorch.strategies.DeepSpeedStrategy", "_setup_model_and_optimizer",
+                     "TrainerDeepSpeedHooks._setup_model_and_optimizer"),
+    PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_initialize_engine",
+                     "FabricDeepSpeedHooks._initialize_engine"),
+    PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_config_initialized",
+                     "FabricDeepSpeedHooks._setup_distributed"),
+    PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_format_config",
+                     "FabricDeepSpeedHooks._setup_distributed"),
+    PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_setup_distributed",
+                     "FabricDeepSpeedHooks._setup_distributed"),
+    # launchers
+    PrivateAttribute("lightning.pytorch.strategies.launchers.multiprocessing._MultiProcessingLauncher",
+                     "_wrapping_function", "SafeLaunchMixin._wrapping_function"),
+    PrivateAttribute("lightning.fabric.strategies.launchers.multiprocessing._MultiProcessingLauncher",
+                     "_wrapping_function", "SafeLaunchMixin._wrapping_function"),
+    PrivateAttribute("lightning.pytorch.strategies.launchers.multiprocessing._MultiProcessingLauncher",
+                     "_start_method", "SafeLaunchMixin.launch"),
+    PrivateAttribute("lightning.pytorch.strategies.launchers.multiprocessing._MultiProcessingLauncher",
+                     "_strategy", "SafeLaunchMixin.launch"),
+    # precision plugins and optimizers
+    PrivateAttribute("lightning.pytorch.core.optimizer.LightningOptimizer", "_optimizer",
+                     "TrainerFSDPHooks.optimizer_state"),
+    # the connectors: what the hooks read and wrap
+    PrivateAttribute(_TRAINER_CONNECTOR, "_choose_strategy", "install_connector_hooks"),
+    PrivateAttribute(_FABRIC_CONNECTOR, "_choose_strategy", "install_connector_hooks"),
+    PrivateAttribute(_TRAINER_CONNECTOR, "_check_strategy_and_fallback", "install_connector_hooks"),
+    PrivateAttribute(_FABRIC_CONNECTOR, "_check_strategy_and_fallback", "install_connector_hooks"),
+    PrivateAttribute(_TRAINER_CONNECTOR, "_lazy_init_strategy", "install_connector_hooks"),
+    PrivateAttribute(_FABRIC_CONNECTOR, "_lazy_init_strategy", "install_connector_hooks"),
+    PrivateAttribute(_TRAINER_CONNECTOR, "_strategy_flag", "install_connector_hooks"),
+    PrivateAttribute(_FABRIC_CONNECTOR, "_strategy_flag", "install_connector_hooks"),
+    PrivateAttribute(_TRAINER_CONNECTOR, "_parallel_devices", "install_connector_hooks"),
+    PrivateAttribute(_FABRIC_CONNECTOR, "_parallel_devices", "install_connector_hooks"),
+    PrivateAttribute(_TRAINER_CONNECTOR, "_num_nodes_flag", "install_connector_hooks"),
+    PrivateAttribute(_FABRIC_CONNECTOR, "_num_nodes_flag", "install_connector_hooks"),
+    PrivateAttribute(_TRAINER_CONNECTOR, "_check_config_and_set_final_flags", "install_connector_hooks"),
+    PrivateAttribute(_FABRIC_CONNECTOR, "_check_config_and_set_final_flags", "install_connector_hooks"),
+)
+
+
+def private(module: str, name: str, front_end: FrontEnd = LIGHTNING) -> Any:
+    """A private Lightning module attribute listed in :data:`PRIVATE_NAMES`, from ``front_end``.
+
+    >>> private("lightning.fabric.accelerators.cpu", "_parse_cpu_cores")(2)
+    2
+    """
+    if not any(entry.module == module and entry.name == name for entry in PRIVATE_NAMES):
+        raise KeyError(f"{module}.{name} is not in lightning_anyaccel._lightning.PRIVATE_NAMES: list it there first.")
+    return getattr(front_end.module(module), name)
+
+
+def is_interactive() -> bool:
+    """Whether Lightning considers this an interactive session (a notebook or a REPL)."""
+    return bool(private("lightning.fabric.utilities.imports", "_IS_INTERACTIVE"))
+
+
+# ----- the accelerator connectors -----------------------------------------------------------------
+
+#: The accelerator connectors of the Trainer and of Fabric (names as in ``lightning``).
+TRAINER_CONNECTOR = _TRAINER_CONNECTOR
+FABRIC_CONNECTOR = _FABRIC_CONNECTOR
+
+
+@dataclass
+class ConnectorView:
+    """What the policy reads and changes on a Lightning connector (Trainer's or Fabric's)."""
+
+    connector: Any
+
+    @property
+    def accelerator(self) -> Any:
+        return getattr(self.connector, "accelerator", None)
+
+    @property
+    def strategy_flag(self) -> Any:
+        return self.connector._strategy_flag
+
+    @strategy_flag.setter
+    def strategy_flag(self, value: Any) -> None:
+        self.connector._strategy_flag = value
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.connector._parallel_devices or [])
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.connector._num_nodes_flag)
+
+    @property
+    def strategy(self) -> Any:
+        return self.connector.strategy
+
+    @property
+    def precision(self) -> Any:
+        """The precision plugin the connector made (Trainer: ``precision_plugin``; Fabric: ``precision``)."""
+        return getattr(self.connector, self._precision_attr)
+
+    @precision.setter
+    def precision(self, plugin: Any) -> None:
+        setattr(self.connector, self._precision_attr, plugin)
+
+    @property
+    def _precision_attr(self) -> str:
+        return "precision_plugin" if hasattr(self.connector, "precision_plugin") else "precision"
+
+
+_CONNECTOR_MARK = "__lightning_anyaccel_hooks__"
+
+
+@dataclass(frozen=True)
+class ConnectorPolicy:
+    """The package's decisions, as :func:`install_connector_hooks` asks for them."""
+
+    #: Whether an accelerator is the package's (only then does the policy decide anything).
+    owns: Callable[[Any], bool]
+    #: ``strategy="auto"``: the strategy to use.
+    choose: Callable[[ConnectorView], Any]
+    #: May replace a Lightning strategy name by the package's equivalent.
+    translate: Callable[[ConnectorView], None]
+    #: Refuses or repairs the strategy before Lightning configures its launcher.
+    check: Callable[[ConnectorView], None]
+    #: Refuses arguments built for another front end (``(front_end, arguments)``), for every accelerator.
+    check_arguments: Callable[[FrontEnd, tuple[Any, ...]], None]
+
+
+def install_connector_hooks(front_end: FrontEnd, connector: str, policy: ConnectorPolicy) -> None:
+    """Let ``policy`` choose and check strategies for the package's accelerator (idempotent).
+
+    Lightning's connectors pick ``SingleDeviceStrategy("cpu")`` or ``"ddp"`` for any accelerator
+    that is not CUDA/MPS and have no hook for a third-party accelerator to change that. For a
+    connector whose accelerator ``policy.owns``, this wraps three connector methods, in the order
+    Lightning calls them:
+
+    - ``_choose_strategy`` (only for ``strategy="auto"``): ``policy.choose`` returns the strategy;
+    - ``_check_strategy_and_fallback``: ``policy.translate`` may replace a Lightning strategy name
+      by the package's equivalent (before Lightning's CUDA-only refusals run);
+    - ``_lazy_init_strategy``: ``policy.check`` refuses or repairs the strategy before Lightning
+      configures its launcher.
+
+    Connectors of every other accelerator run Lightning's code unchanged. A fourth wrap,
+    ``_check_config_and_set_final_flags``, passes the user's arguments to
+    ``policy.check_arguments`` first, so objects of the package built for the other front end
+    fail with a message instead of Lightning's "invalid accelerator name".
+    """
+    module_name, _, class_name = connector.rpartition(".")
+    connector_class = getattr(front_end.module(module_name), class_name)
+    if connector_class.__dict__.get(_CONNECTOR_MARK, False):
+        return
+
+    def choose(original: Callable[[], Any], view: ConnectorView) -> Any:
+        return policy.choose(view)
+
+    def translate(original: Callable[[], Any], view: ConnectorView) -> Any:
+        policy.translate(view)
+        return original()
+
+    def check(original: Callable[[], Any], view: ConnectorView) -> Any:
+        policy.check(view)
+        return original()
+
+    _wrap(connector_class, "_choose_strategy", policy.owns, choose)
+    _wrap(connector_class, "_check_strategy_and_fallback", policy.owns, translate)
+    _wrap(connector_class, "_lazy_init_strategy", policy.owns, check)
+
+    original_flags = connector_class._check_config_and_set_final_flags
+
+    @functools.wraps(original_flags)
+    def check_flags(self: Any, *args: Any, **kwargs: Any) -> Any:
+        policy.check_arguments(front_end, (*args, *kwargs.values()))
+        return original_flags(self, *args, **kwargs)
+
+    connector_class._check_config_and_set_final_flags = check_flags
+    setattr(connector_class, _CONNECTOR_MARK, True)
+
+
+def _wrap(
+    cls: type,
+    method: str,
+    owns: Callable[[Any], bool],
+    replacement: Callable[[Callable[[], Any], ConnectorView], Any],
+) -> None:
+    original = getattr(cls, method)
+    if not inspect.isfunction(original):
+        raise TypeError(f"{cls.__qualname__}.{method} is not a plain method any more; lightning_anyaccel can not hook it.")
+
+    @functools.wraps(original)
+    def hooked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not owns(getattr(self, "accelerator", None)):
+            return original(self, *args, **kwargs)
+        return replacement(lambda: original(self, *args, **kwargs), ConnectorView(self))
+
+    setattr(cls, method, hooked)
+
+
+__all__ = [
+    "FRONT_ENDS",
+    "LIGHTNING",
+    "PRIVATE_ATTRIBUTES",
+    "PRIVATE_NAMES",
+    "PYTORCH_LIGHTNING",
+    "FABRIC_CONNECTOR",
+    "TRAINER_CONNECTOR",
+    "ConnectorPolicy",
+    "ConnectorView",
+    "FrontEnd",
+    "PrivateAttribute",
+    "PrivateName",
+    "front_end_of",
+    "front_end_of_module",
+    "install_connector_hooks",
+    "is_interactive",
+    "lightning_class",
+    "port",
+    "ported_class",
+    "private",
+]

@@ -1,0 +1,193 @@
+"""Which strategy trains with the package's accelerator: one policy for the Trainer and for Fabric.
+
+Users coming from the vendor plugins write ``Trainer(accelerator="hpu", devices=8)`` with no
+strategy, or ``strategy="ddp"``. Lightning would give any accelerator that is not CUDA/MPS a
+``SingleDeviceStrategy("cpu")`` (the model trains on CPU) or its CUDA-minded ``DDPStrategy``.
+With the package's accelerator (``"any"``, ``"xpu"``, ... or an ``AnyAccelerator`` instance):
+
+- **no strategy** (``"auto"``): one device -> ``any_single``; several devices or nodes ->
+  ``any_ddp`` (``any_ddp_notebook`` in a notebook or another interactive session);
+- **a Lightning strategy name** (``"ddp"``, ``"fsdp"``, ``"deepspeed_stage_2"``, ...): the package's
+  equivalent of :data:`EQUIVALENTS`, said once in the log. The name says what the user wants
+  and the package's strategy takes the same arguments, so a refusal would only make them edit
+  every script;
+- **a Lightning strategy instance** (``DDPStrategy(...)``): refused on device types Lightning does
+  not support, with the class to use. Such an instance may be a user's subclass or carry state
+  that can not be moved to another class safely. On ``cpu``, ``cuda`` and ``mps``, where
+  Lightning's own strategies work, it is kept, with its precision plugin moved to the device type.
+
+CUDA/MPS/CPU users who don't use the package's accelerator see no change: the connectors run
+Lightning's code for every other accelerator (see :func:`lightning_anyaccel._lightning.install_connector_hooks`).
+
+Example:
+    >>> EQUIVALENTS["ddp"], EQUIVALENTS["deepspeed_stage_2"]
+    ('any_ddp', 'any_deepspeed_stage_2')
+    >>> default_strategy(num_devices=1, num_nodes=1, interactive=False)
+    'any_single'
+    >>> default_strategy(num_devices=8, num_nodes=1, interactive=True)
+    'any_ddp_notebook'
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lightning_anyaccel import _lightning
+from lightning_anyaccel.devices import get_spec
+from lightning_anyaccel.precision import align_precision_plugin
+
+log = logging.getLogger(__name__)
+
+#: Lightning strategy name -> the package's strategy with the same meaning.
+EQUIVALENTS: dict[str, str] = {
+    "single_device": "any_single",
+    "ddp": "any_ddp",
+    "ddp_spawn": "any_ddp_spawn",
+    "ddp_fork": "any_ddp_fork",
+    "ddp_notebook": "any_ddp_notebook",
+    **{
+        f"{name}_find_unused_parameters_{flag}": f"any_{name}" + ("_find_unused_parameters_true" if flag == "true" else "")
+        for name in ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook")
+        for flag in ("true", "false")
+    },
+    "fsdp": "any_fsdp",
+    "fsdp_cpu_offload": "any_fsdp_cpu_offload",
+    "deepspeed": "any_deepspeed",
+    "deepspeed_stage_1": "any_deepspeed_stage_1",
+    "deepspeed_stage_2": "any_deepspeed_stage_2",
+    "deepspeed_stage_2_offload": "any_deepspeed_stage_2_offload",
+    "deepspeed_stage_3": "any_deepspeed_stage_3",
+    "deepspeed_stage_3_offload": "any_deepspeed_stage_3_offload",
+}
+
+#: Lightning strategy class -> the package's strategy to name in a refusal.
+CLASS_EQUIVALENTS: dict[str, str] = {
+    "SingleDeviceStrategy": "any_single",
+    "DDPStrategy": "any_ddp",
+    "FSDPStrategy": "any_fsdp",
+    "ModelParallelStrategy": "any_model_parallel",
+    "DeepSpeedStrategy": "any_deepspeed",
+}
+
+
+class StrategyNotSupportedError(ValueError):
+    """A Lightning strategy that can not train on the accelerator's device type."""
+
+
+class FrontEndMismatchError(TypeError):
+    """An object of the package built for ``lightning`` given to ``pytorch_lightning`` (or the reverse)."""
+
+
+def default_strategy(num_devices: int, num_nodes: int, interactive: bool) -> str:
+    """The package's strategy for ``strategy="auto"``: ``any_single``, ``any_ddp`` or ``any_ddp_notebook``."""
+    if num_devices <= 1 and num_nodes <= 1:
+        return "any_single"
+    return "any_ddp_notebook" if interactive else "any_ddp"
+
+
+def owns(accelerator: Any) -> bool:
+    """Whether ``accelerator`` is the package's (an ``AnyAccelerator`` of either front end)."""
+    from lightning_anyaccel.accelerator import AnyAcceleratorMixin
+
+    return isinstance(accelerator, AnyAcceleratorMixin)
+
+
+def choose(view: _lightning.ConnectorView) -> str:
+    """``strategy="auto"`` with the package's accelerator (see :func:`default_strategy`)."""
+    name = default_strategy(view.num_devices, view.num_nodes, _lightning.is_interactive())
+    log.debug("lightning-anyaccel: strategy='auto' with %r -> %r", view.accelerator, name)
+    return name
+
+
+def translate(view: _lightning.ConnectorView) -> None:
+    """Replace a Lightning strategy name by the package's equivalent (:data:`EQUIVALENTS`)."""
+    flag = view.strategy_flag
+    if isinstance(flag, str) and flag in EQUIVALENTS:
+        view.strategy_flag = EQUIVALENTS[flag]
+        log.info(
+            "lightning-anyaccel: strategy=%r with %r uses the package's %r (the same strategy on the"
+            " accelerator's device type).", flag, view.accelerator, view.strategy_flag,
+        )
+
+
+def check(view: _lightning.ConnectorView) -> None:
+    """Accept the package's strategies; refuse or repair Lightning's (see the module docstring).
+
+    Raises:
+        StrategyNotSupportedError: a Lightning strategy that would train elsewhere or run CUDA-only code.
+    """
+    from lightning_anyaccel.strategies.common import AnyStrategyMixin
+
+    strategy = view.strategy
+    if isinstance(strategy, AnyStrategyMixin):
+        return
+    device_type = view.accelerator.device_type
+    spec = get_spec(device_type)
+    name = type(strategy).__name__
+    suggestion = next(
+        (ours for cls in type(strategy).__mro__ if (ours := CLASS_EQUIVALENTS.get(cls.__name__))), "any_ddp"
+    )
+    if spec.lightning_builtin is None:
+        raise StrategyNotSupportedError(
+            f"Lightning's {name} can not train on {spec.name} ({device_type!r}): it runs CUDA-only code paths or"
+            f" trains on CPU. Pass strategy={suggestion!r} (the same strategy on the accelerator's device type)."
+        )
+    root = getattr(strategy, "_root_device", None)  # set on single-device strategies only
+    if root is not None and root.type != device_type:
+        raise StrategyNotSupportedError(
+            f"{name} runs on {root}, but the accelerator is {view.accelerator!r}: the model would train on"
+            f" {root.type}. Pass strategy={suggestion!r}, or no strategy."
+        )
+    view.precision = align_precision_plugin(view.precision, device_type)
+
+
+def check_arguments(front_end: _lightning.FrontEnd, arguments: tuple[Any, ...]) -> None:
+    """Refuse objects of the package built for the other Lightning package.
+
+    Raises:
+        FrontEndMismatchError: naming the module to import the object from instead.
+    """
+    for argument in _flatten(arguments):
+        if not type(argument).__module__.startswith("lightning_anyaccel"):
+            continue
+        built_for = _lightning.front_end_of(argument)
+        if built_for is None or built_for == front_end:
+            continue
+        module = "lightning_anyaccel" if front_end is _lightning.LIGHTNING else "lightning_anyaccel.pytorch_lightning"
+        fabric_module = "lightning_anyaccel.fabric" if front_end is _lightning.LIGHTNING else "lightning_anyaccel.lightning_fabric"
+        raise FrontEndMismatchError(
+            f"{type(argument).__name__} was built for `{built_for.package}`, but it was given to a Trainer or Fabric"
+            f" of `{front_end.package}`; the two packages' classes do not mix. Import it from `{module}` (Trainer)"
+            f" or `{fabric_module}` (Fabric), or use the registered names (accelerator='any', strategy='any_ddp')."
+        )
+
+
+def _flatten(arguments: Any) -> list[Any]:
+    items: list[Any] = []
+    for argument in arguments:
+        if isinstance(argument, (list, tuple)):
+            items.extend(_flatten(argument))
+        else:
+            items.append(argument)
+    return items
+
+
+#: The policy as the connector hooks take it.
+POLICY = _lightning.ConnectorPolicy(
+    owns=owns, choose=choose, translate=translate, check=check, check_arguments=check_arguments
+)
+
+__all__ = [
+    "CLASS_EQUIVALENTS",
+    "EQUIVALENTS",
+    "POLICY",
+    "FrontEndMismatchError",
+    "StrategyNotSupportedError",
+    "check",
+    "check_arguments",
+    "choose",
+    "default_strategy",
+    "owns",
+    "translate",
+]

@@ -1,0 +1,176 @@
+"""Registers the package with each Lightning package: names, classes and the strategy policy.
+
+``import lightning_anyaccel`` registers with ``lightning`` (Trainer and Fabric) at once, and with
+``pytorch_lightning`` (Trainer) and ``lightning_fabric`` (Fabric) as soon as they are imported,
+before or after the package, so ``import pytorch_lightning as pl`` works in any order. For each
+front end that means:
+
+- the accelerator names (``"any"``, ``"xpu"``, ``"hpu"``, ...) and strategy names (``"any_single"``,
+  ``"any_ddp"``, ..., ``"any_deepspeed_stage_3_offload"``) in its registries, bound to the
+  package's classes built for that front end (:func:`lightning_anyaccel._lightning.port`);
+- the connector hooks through which :mod:`lightning_anyaccel.policy` picks the package's
+  strategies for the package's accelerator.
+
+Example:
+    >>> import lightning_anyaccel
+    >>> from lightning.pytorch.strategies import StrategyRegistry
+    >>> "any_ddp" in StrategyRegistry and "any_fsdp2" in StrategyRegistry
+    True
+    >>> registered_front_ends()[0]
+    ('lightning', 'trainer')
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from lightning_anyaccel import _lightning
+from lightning_anyaccel._lightning import LIGHTNING, PYTORCH_LIGHTNING, FrontEnd
+
+_REGISTERED: list[tuple[str, str]] = []
+
+
+def trainer_classes() -> list[type]:
+    """The package's Trainer-side classes as written (for ``lightning``), in registration order."""
+    from lightning_anyaccel.accelerator import AnyAccelerator
+    from lightning_anyaccel.checkpoint import AtomicCheckpointIO
+    from lightning_anyaccel.environments import AnyMPIEnvironment
+    from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
+    from lightning_anyaccel.strategies import (
+        AnyDDPStrategy,
+        AnyDeepSpeedStrategy,
+        AnyFSDPStrategy,
+        AnyModelParallelStrategy,
+        AnySingleDeviceStrategy,
+    )
+    from lightning_anyaccel.strategies.ddp import AnyMultiProcessingLauncher
+
+    return [AnyAccelerator, AnySingleDeviceStrategy, AnyDDPStrategy, AnyFSDPStrategy, AnyModelParallelStrategy,
+            AnyDeepSpeedStrategy, AnyMultiProcessingLauncher, AnyMPIEnvironment, AtomicCheckpointIO, AnyFSDPPrecision]
+
+
+def fabric_classes() -> list[type]:
+    """The package's Fabric-side classes as written (for ``lightning.fabric``), in registration order."""
+    from lightning_anyaccel.fabric.strategies import (
+        AnyDDPStrategy,
+        AnyDeepSpeedStrategy,
+        AnyFSDPStrategy,
+        AnyModelParallelStrategy,
+        AnyMultiProcessingLauncher,
+        AnySingleDeviceStrategy,
+    )
+    from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
+
+    return [AnySingleDeviceStrategy, AnyDDPStrategy, AnyFSDPStrategy, AnyModelParallelStrategy, AnyDeepSpeedStrategy,
+            AnyMultiProcessingLauncher, AnyFabricFSDPPrecision]
+
+
+def register_trainer(front_end: FrontEnd) -> None:
+    """Register the accelerator and strategy names and the policy with ``front_end``'s Trainer (once)."""
+    if (front_end.package, "trainer") in _REGISTERED:
+        return
+    from lightning_anyaccel.policy import POLICY
+
+    accelerators = front_end.module("lightning.pytorch.accelerators").AcceleratorRegistry
+    strategies = front_end.module("lightning.pytorch.strategies").StrategyRegistry
+    for cls in trainer_classes():
+        ported = _lightning.port(cls, front_end)
+        if hasattr(ported, "register_accelerators"):
+            ported.register_accelerators(accelerators)
+        elif hasattr(ported, "register_strategies"):
+            ported.register_strategies(strategies)
+    _lightning.install_connector_hooks(front_end, _lightning.TRAINER_CONNECTOR, POLICY)
+    _REGISTERED.append((front_end.package, "trainer"))
+
+
+def register_fabric(front_end: FrontEnd) -> None:
+    """Register the accelerator and strategy names and the policy with ``front_end``'s Fabric (once)."""
+    if (front_end.package, "fabric") in _REGISTERED:
+        return
+    from lightning_anyaccel.accelerator import AnyAccelerator
+    from lightning_anyaccel.policy import POLICY
+
+    accelerators = front_end.module("lightning.fabric.accelerators").ACCELERATOR_REGISTRY
+    strategies = front_end.module("lightning.fabric.strategies").STRATEGY_REGISTRY
+    _lightning.port(AnyAccelerator, front_end).register_accelerators(accelerators)
+    for cls in fabric_classes():
+        ported = _lightning.port(cls, front_end)
+        if hasattr(ported, "register_strategies"):
+            ported.register_strategies(strategies)
+    _lightning.install_connector_hooks(front_end, _lightning.FABRIC_CONNECTOR, POLICY)
+    _REGISTERED.append((front_end.package, "fabric"))
+
+
+def registered_front_ends() -> list[tuple[str, str]]:
+    """``(package, "trainer" | "fabric")`` for every front end registered so far, in order."""
+    return list(_REGISTERED)
+
+
+def ported(module: str, name: str) -> type:
+    """The class ``name`` of :mod:`lightning_anyaccel.pytorch_lightning` or ``.lightning_fabric``, ported on demand.
+
+    What those modules' ``__getattr__`` answers (pickle finds ported classes through it in
+    ``spawn`` children).
+    """
+    for cls in trainer_classes() + fabric_classes():
+        if cls.__name__ == name:
+            candidate = _lightning.port(cls, PYTORCH_LIGHTNING)
+            if candidate.__module__ == module:
+                return candidate
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+
+def register() -> None:
+    """Register with ``lightning`` now, and with ``pytorch_lightning``/``lightning_fabric`` once imported."""
+    register_trainer(LIGHTNING)
+    register_fabric(LIGHTNING)
+    _when_imported("lightning_fabric", lambda: _register_standalone_fabric())
+    _when_imported("pytorch_lightning", lambda: (register_trainer(PYTORCH_LIGHTNING), register_fabric(PYTORCH_LIGHTNING)))
+
+
+def _register_standalone_fabric() -> None:
+    if "pytorch_lightning" in sys.modules and (PYTORCH_LIGHTNING.package, "trainer") not in _REGISTERED:
+        return  # pytorch_lightning is importing lightning_fabric: its own hook registers both, once it is complete
+    register_fabric(PYTORCH_LIGHTNING)
+
+
+def _when_imported(name: str, callback: Callable[[], Any]) -> None:
+    """Run ``callback`` once module ``name`` is imported: now if it is, else right after its import."""
+    if name in sys.modules:
+        callback()
+    elif importlib.util.find_spec(name) is not None:
+        sys.meta_path.insert(0, _AfterImport(name, callback))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """A one-shot import hook: lets the regular finders find ``name``, then runs ``callback`` after it executed."""
+
+    def __init__(self, name: str, callback: Callable[[], Any]) -> None:
+        self.name = name
+        self.callback = callback
+
+    def find_spec(self, fullname: str, path: Any = None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        loader = spec.loader if spec is not None else None
+        if loader is not None and hasattr(loader, "exec_module"):
+            execute = loader.exec_module
+
+            def exec_module(module: ModuleType) -> None:
+                execute(module)
+                self.callback()
+
+            loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+__all__ = ["fabric_classes", "ported", "register", "register_fabric", "register_trainer", "registered_front_ends",
+           "trainer_classes"]
