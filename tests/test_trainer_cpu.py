@@ -97,8 +97,10 @@ def test_ddp_two_processes(python_runner, tmp_path, strategy):
 @pytest.mark.slow
 def test_lightnings_ddp_spawn_with_any_accelerator_keeps_ranks_in_sync(python_runner, tmp_path):
     """torch puts spawned CPU weights in shared memory; Lightning unshares them only for its own
-    CPUAccelerator. Without the package's fix both ranks step the same weights and drift apart."""
-    proc = python_runner([TRAIN, "--strategy", "ddp_spawn", "--devices", "2", "--out", str(tmp_path)], timeout=240)
+    CPUAccelerator. Without the package's fix both ranks step the same weights and drift apart.
+    (Lightning's *class*: the name ``"ddp_spawn"`` selects the package's strategy, see test_user_forms.py.)"""
+    proc = python_runner([TRAIN, "--strategy", "lightning:ddp_spawn", "--devices", "2", "--out", str(tmp_path)],
+                         timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:]
     ranks = _ranks(tmp_path)
     assert [r["strategy"] for r in ranks] == ["DDPStrategy", "DDPStrategy"]

@@ -181,12 +181,12 @@ def _rebind(value: Any, class_cell: types.CellType, where: str) -> Any:
         return classmethod(_rebind(value.__func__, class_cell, where))
     if isinstance(value, property):
         return property(*(_rebind(f, class_cell, where) for f in (value.fget, value.fset, value.fdel)), value.__doc__)
-    if not isinstance(value, FunctionType):
-        return value
-    if "__class__" not in value.__code__.co_freevars:
+    if not isinstance(value, FunctionType) or "__class__" not in value.__code__.co_freevars:
         wrapped = getattr(value, "__wrapped__", None)
-        if isinstance(wrapped, FunctionType) and "__class__" in wrapped.__code__.co_freevars:
-            raise TypeError(f"{where} wraps a function that uses super(): it can not be ported; unwrap it.")
+        while wrapped is not None:
+            if isinstance(wrapped, FunctionType) and "__class__" in wrapped.__code__.co_freevars:
+                raise TypeError(f"{where} wraps a function that uses super(): it can not be ported; unwrap it.")
+            wrapped = getattr(wrapped, "__wrapped__", None)
         return value
     closure = tuple(
         class_cell if name == "__class__" else cell
@@ -210,11 +210,15 @@ def lightning_class(obj: Any, lightning_name: str) -> type:
 
 @dataclass(frozen=True)
 class PrivateName:
-    """A private module attribute of Lightning the package uses, and who uses it."""
+    """A private module attribute of Lightning the package uses, and who uses it.
+
+    ``parameters``: the leading parameter names the package passes (``None``: not called, or a class).
+    """
 
     module: str
     name: str
     used_by: str
+    parameters: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -228,24 +232,29 @@ class PrivateAttribute:
 
 #: Every private Lightning module attribute the package uses (module names as in ``lightning``).
 PRIVATE_NAMES: tuple[PrivateName, ...] = (
-    PrivateName("lightning.fabric.accelerators.cpu", "_parse_cpu_cores", "AnyAccelerator.parse_devices"),
+    PrivateName("lightning.fabric.accelerators.cpu", "_parse_cpu_cores", "AnyAccelerator.parse_devices",
+                ("cpu_cores",)),
     PrivateName("lightning.fabric.strategies.launchers.multiprocessing", "_disable_module_memory_sharing",
-                "SafeLaunchMixin._wrapping_function, AnyAccelerator.setup"),
+                "SafeLaunchMixin._wrapping_function, AnyAccelerator.setup", ("data",)),
     PrivateName("lightning.fabric.utilities.imports", "_IS_INTERACTIVE",
                 "AnyDistributedMixin._check_start_method, policy.default_strategy"),
     PrivateName("lightning.fabric.utilities.distributed", "_destroy_dist_connection",
-                "AnyDistributedMixin._destroy_at_exit"),
-    PrivateName("lightning.fabric.utilities.distributed", "_distributed_is_initialized", "AnyDistributedMixin._barrier"),
+                "AnyDistributedMixin._destroy_at_exit", ()),
+    PrivateName("lightning.fabric.utilities.distributed", "_distributed_is_initialized", "AnyDistributedMixin._barrier",
+                ()),
     PrivateName("lightning.fabric.strategies.deepspeed", "_validate_device_index_selection",
-                "AnyDeepSpeedMixin._setup_deepspeed_distributed"),
-    PrivateName("lightning.fabric.strategies.fsdp", "_move_torchmetrics_to_device", "AnyFSDPMixin._wrap_fsdp"),
-    PrivateName("lightning.fabric.strategies.fsdp", "_setup_activation_checkpointing", "AnyFSDPMixin._wrap_fsdp"),
+                "AnyDeepSpeedMixin._setup_deepspeed_distributed", ("parallel_devices",)),
+    PrivateName("lightning.fabric.strategies.fsdp", "_move_torchmetrics_to_device", "AnyFSDPMixin._wrap_fsdp",
+                ("module", "device")),
+    PrivateName("lightning.fabric.strategies.fsdp", "_setup_activation_checkpointing", "AnyFSDPMixin._wrap_fsdp",
+                ("module", "activation_checkpointing_kwargs")),
     PrivateName("lightning.fabric.strategies.fsdp", "_get_full_state_dict_context",
-                "FabricFSDPHooks._lightning_full_state_dict"),
+                "fabric.AnyFSDPStrategy._lightning_full_state_dict", ("module", "world_size", "rank0_only")),
     PrivateName("lightning.fabric.strategies.model_parallel", "_get_full_state_dict_context",
-                "FabricFSDPHooks._lightning_full_state_dict"),
+                "fabric.AnyFSDPStrategy._lightning_full_state_dict", ("module", "world_size", "rank0_only")),
     PrivateName("lightning.pytorch.overrides.distributed", "_register_ddp_comm_hook",
-                "TrainerDDPHooks._register_ddp_hooks"),
+                "strategies.AnyDDPStrategy._register_ddp_hooks", ("model", "ddp_comm_state", "ddp_comm_hook",
+                                                                  "ddp_comm_wrapper")),
     PrivateName("lightning.pytorch.strategies.launchers.multiprocessing", "_MultiProcessingLauncher",
                 "strategies.ddp.AnyMultiProcessingLauncher"),
     PrivateName("lightning.fabric.strategies.launchers.multiprocessing", "_MultiProcessingLauncher",
@@ -283,14 +292,14 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
     PrivateAttribute(_FABRIC_DDP, "_timeout", "AnyDistributedMixin.timeout"),
     PrivateAttribute(_TRAINER_DDP, "_ddp_kwargs", "AnyDistributedMixin._wrap_ddp"),
     PrivateAttribute(_FABRIC_DDP, "_ddp_kwargs", "AnyDistributedMixin._wrap_ddp"),
-    PrivateAttribute(_FABRIC_DDP, "_set_world_ranks", "FabricHooks._set_ranks"),
-    PrivateAttribute(_FABRIC_DDP, "_determine_ddp_device_ids", "FabricDDPHooks.setup_module"),
-    PrivateAttribute(_TRAINER_DDP, "_setup_model", "TrainerDDPHooks._setup_model"),
-    PrivateAttribute(_TRAINER_DDP, "_register_ddp_hooks", "TrainerDDPHooks._register_ddp_hooks"),
-    PrivateAttribute(_TRAINER_DDP, "_ddp_comm_state", "TrainerDDPHooks._register_ddp_hooks"),
-    PrivateAttribute(_TRAINER_DDP, "_ddp_comm_hook", "TrainerDDPHooks._register_ddp_hooks"),
-    PrivateAttribute(_TRAINER_DDP, "_ddp_comm_wrapper", "TrainerDDPHooks._register_ddp_hooks"),
-    PrivateAttribute("lightning.pytorch.strategies.FSDPStrategy", "_setup_model", "TrainerFSDPHooks._setup_model"),
+    PrivateAttribute(_FABRIC_DDP, "_set_world_ranks", "AnyDistributedMixin._set_ranks"),
+    PrivateAttribute(_FABRIC_DDP, "_determine_ddp_device_ids", "fabric.AnyDDPStrategy.setup_module"),
+    PrivateAttribute(_TRAINER_DDP, "_setup_model", "strategies.AnyDDPStrategy._setup_model"),
+    PrivateAttribute(_TRAINER_DDP, "_register_ddp_hooks", "strategies.AnyDDPStrategy._register_ddp_hooks"),
+    PrivateAttribute(_TRAINER_DDP, "_ddp_comm_state", "strategies.AnyDDPStrategy._register_ddp_hooks"),
+    PrivateAttribute(_TRAINER_DDP, "_ddp_comm_hook", "strategies.AnyDDPStrategy._register_ddp_hooks"),
+    PrivateAttribute(_TRAINER_DDP, "_ddp_comm_wrapper", "strategies.AnyDDPStrategy._register_ddp_hooks"),
+    PrivateAttribute("lightning.pytorch.strategies.FSDPStrategy", "_setup_model", "strategies.AnyFSDPStrategy._setup_model"),
     PrivateAttribute("lightning.pytorch.strategies.FSDPStrategy", "_state_dict_type", "AnyFSDPMixin"),
     PrivateAttribute("lightning.fabric.strategies.FSDPStrategy", "_state_dict_type", "AnyFSDPMixin"),
     PrivateAttribute("lightning.pytorch.strategies.FSDPStrategy", "_activation_checkpointing_kwargs",
@@ -311,15 +320,15 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
     PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_init_deepspeed_distributed",
                      "AnyDeepSpeedMixin._setup_deepspeed_distributed"),
     PrivateAttribute("lightning.pytorch.strategies.DeepSpeedStrategy", "_setup_model_and_optimizer",
-                     "TrainerDeepSpeedHooks._setup_model_and_optimizer"),
+                     "strategies.AnyDeepSpeedStrategy._setup_model_and_optimizer"),
     PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_initialize_engine",
-                     "FabricDeepSpeedHooks._initialize_engine"),
+                     "fabric.AnyDeepSpeedStrategy._initialize_engine"),
     PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_config_initialized",
-                     "FabricDeepSpeedHooks._setup_distributed"),
+                     "fabric.AnyDeepSpeedStrategy._setup_distributed"),
     PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_format_config",
-                     "FabricDeepSpeedHooks._setup_distributed"),
+                     "fabric.AnyDeepSpeedStrategy._setup_distributed"),
     PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_setup_distributed",
-                     "FabricDeepSpeedHooks._setup_distributed"),
+                     "fabric.AnyDeepSpeedStrategy._setup_distributed"),
     # launchers
     PrivateAttribute("lightning.pytorch.strategies.launchers.multiprocessing._MultiProcessingLauncher",
                      "_wrapping_function", "SafeLaunchMixin._wrapping_function"),
@@ -331,7 +340,7 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
                      "_strategy", "SafeLaunchMixin.launch"),
     # precision plugins and optimizers
     PrivateAttribute("lightning.pytorch.core.optimizer.LightningOptimizer", "_optimizer",
-                     "TrainerFSDPHooks.optimizer_state"),
+                     "strategies.AnyFSDPStrategy.optimizer_state"),
     # the connectors: what the hooks read and wrap
     PrivateAttribute(_TRAINER_CONNECTOR, "_choose_strategy", "install_connector_hooks"),
     PrivateAttribute(_FABRIC_CONNECTOR, "_choose_strategy", "install_connector_hooks"),

@@ -75,6 +75,7 @@ def register_trainer(front_end: FrontEnd) -> None:
     """Register the accelerator and strategy names and the policy with ``front_end``'s Trainer (once)."""
     if (front_end.package, "trainer") in _REGISTERED:
         return
+    _REGISTERED.append((front_end.package, "trainer"))
     from lightning_anyaccel.policy import POLICY
 
     accelerators = front_end.module("lightning.pytorch.accelerators").AcceleratorRegistry
@@ -86,13 +87,13 @@ def register_trainer(front_end: FrontEnd) -> None:
         elif hasattr(ported, "register_strategies"):
             ported.register_strategies(strategies)
     _lightning.install_connector_hooks(front_end, _lightning.TRAINER_CONNECTOR, POLICY)
-    _REGISTERED.append((front_end.package, "trainer"))
 
 
 def register_fabric(front_end: FrontEnd) -> None:
     """Register the accelerator and strategy names and the policy with ``front_end``'s Fabric (once)."""
     if (front_end.package, "fabric") in _REGISTERED:
         return
+    _REGISTERED.append((front_end.package, "fabric"))
     from lightning_anyaccel.accelerator import AnyAccelerator
     from lightning_anyaccel.policy import POLICY
 
@@ -104,7 +105,6 @@ def register_fabric(front_end: FrontEnd) -> None:
         if hasattr(ported, "register_strategies"):
             ported.register_strategies(strategies)
     _lightning.install_connector_hooks(front_end, _lightning.FABRIC_CONNECTOR, POLICY)
-    _REGISTERED.append((front_end.package, "fabric"))
 
 
 def registered_front_ends() -> list[tuple[str, str]]:
@@ -149,24 +149,34 @@ def _when_imported(name: str, callback: Callable[[], Any]) -> None:
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """A one-shot import hook: lets the regular finders find ``name``, then runs ``callback`` after it executed."""
+    """An import hook: lets the regular finders find ``name``, then runs ``callback`` once it was executed.
+
+    ``find_spec`` is also called by mere look-ups (``importlib.util.find_spec``); the hook stays
+    installed until the module is really executed, then removes itself.
+    """
 
     def __init__(self, name: str, callback: Callable[[], Any]) -> None:
         self.name = name
         self.callback = callback
+        self._finding = False
 
     def find_spec(self, fullname: str, path: Any = None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != self.name:
+        if fullname != self.name or self._finding:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
+        self._finding = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._finding = False
         loader = spec.loader if spec is not None else None
         if loader is not None and hasattr(loader, "exec_module"):
             execute = loader.exec_module
 
             def exec_module(module: ModuleType) -> None:
                 execute(module)
-                self.callback()
+                if self in sys.meta_path:
+                    sys.meta_path.remove(self)
+                    self.callback()
 
             loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec

@@ -58,9 +58,14 @@ def build_trainer(args: argparse.Namespace) -> L.Trainer:
     callbacks: list[Callback] = [Report(args.out)]
     if args.ckpt_dir:
         callbacks.append(ModelCheckpoint(dirpath=args.ckpt_dir, save_last=True, every_n_train_steps=1))
+    strategy: Any = args.strategy
+    if strategy == "lightning:ddp_spawn":  # Lightning's own class, not its name (names map to the package's)
+        from lightning.pytorch.strategies import DDPStrategy
+
+        strategy = DDPStrategy(start_method="spawn")
     return L.Trainer(
         accelerator=AnyAccelerator(args.device_type),
-        strategy=args.strategy,
+        strategy=strategy,
         devices=args.devices,
         precision=args.precision,
         max_steps=args.max_steps,

@@ -1,0 +1,144 @@
+"""The contract with Lightning's internals (``src/lightning_anyaccel/_lightning.py``), checked on what is installed.
+
+Fast (no process, no training): every private Lightning name and attribute the package uses
+exists, with the parameters the package passes, in ``lightning`` and in ``pytorch_lightning`` /
+``lightning_fabric``; and the package touches no private Lightning name that the contract does
+not list. A failure names the Lightning version and the package function that depends on it.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+from lightning_anyaccel import _lightning
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "lightning_anyaccel"
+INSTALLED = [front_end for front_end in _lightning.FRONT_ENDS if front_end.is_installed()]
+
+#: Private names the package uses that are not Lightning's, or are the package's own but set dynamically.
+NOT_LIGHTNING = {
+    "_exit": "os._exit in rendezvous._die (ends a process whose main thread is stuck in C)",
+    "_Environ": "os._Environ, a type annotation in rendezvous.configure_socket_interface",
+    "_unbound": "the package's own class attribute, set by AnyAccelerator.bound",
+}
+
+
+def _version(front_end: _lightning.FrontEnd) -> str:
+    return f"{front_end.package} {front_end.module(front_end.trainer if front_end.package != 'lightning' else 'lightning').__version__}"
+
+
+def _lookup(dotted: str, front_end: _lightning.FrontEnd) -> object:
+    module_name, _, attr = dotted.rpartition(".")
+    try:
+        return getattr(front_end.module(module_name), attr)
+    except (ImportError, AttributeError):
+        module_name, _, outer = module_name.rpartition(".")
+        return getattr(getattr(front_end.module(module_name), outer), attr)
+
+
+@pytest.mark.parametrize("front_end", INSTALLED, ids=lambda f: f.package)
+@pytest.mark.parametrize("entry", _lightning.PRIVATE_NAMES, ids=lambda e: f"{e.module}.{e.name}")
+def test_private_name_exists_with_its_parameters(front_end, entry) -> None:
+    where = f"{entry.module}.{entry.name} (used by lightning_anyaccel {entry.used_by}; {_version(front_end)})"
+    module = front_end.module(entry.module)
+    assert hasattr(module, entry.name), f"{where} is gone"
+    if entry.parameters is not None:
+        parameters = list(inspect.signature(getattr(module, entry.name)).parameters)
+        assert parameters[: len(entry.parameters)] == list(entry.parameters), f"{where} now takes {parameters}"
+
+
+def _assigned_or_defined(cls: type, name: str) -> bool:
+    if any(name in vars(klass) for klass in cls.__mro__):
+        return True
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] not in ("lightning", "pytorch_lightning", "lightning_fabric"):
+            continue
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        if f"self.{name} =" in source or f"self.{name}:" in source:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("front_end", INSTALLED, ids=lambda f: f.package)
+@pytest.mark.parametrize("entry", _lightning.PRIVATE_ATTRIBUTES, ids=lambda e: f"{e.owner}.{e.name}")
+def test_private_attribute_exists(front_end, entry) -> None:
+    owner = _lookup(entry.owner, front_end)
+    assert isinstance(owner, type)
+    assert _assigned_or_defined(owner, entry.name), (
+        f"{entry.owner}.{entry.name} is neither defined nor set any more (used by lightning_anyaccel"
+        f" {entry.used_by}; {_version(front_end)})"
+    )
+
+
+def _private_uses() -> tuple[dict[str, list[str]], set[str], list[str]]:
+    used: dict[str, list[str]] = {}
+    defined: set[str] = set()
+    imports: list[str] = []
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.Assign):
+                defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
+                defined.add(node.target.id)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
+                "lightning", "pytorch_lightning", "lightning_fabric"
+            ):
+                imports += [f"{path.name}: from {node.module} import {a.name}" for a in node.names if a.name.startswith("_")]
+            if isinstance(node, ast.Attribute):
+                if isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                    defined.add(node.attr)
+                if node.attr.startswith("_") and not node.attr.startswith("__"):
+                    used.setdefault(node.attr, []).append(f"{path.relative_to(SRC)}:{node.lineno}")
+    return used, defined, imports
+
+
+def test_no_private_lightning_name_outside_the_contract() -> None:
+    """Every private name the package touches is its own, listed in the contract, or known not to be Lightning's."""
+    used, defined, imports = _private_uses()
+    listed = {a.name for a in _lightning.PRIVATE_ATTRIBUTES} | {n.name for n in _lightning.PRIVATE_NAMES}
+    unlisted = {name: where for name, where in used.items() if name not in defined | listed | set(NOT_LIGHTNING)}
+    assert not unlisted, f"private names used but not in lightning_anyaccel._lightning's contract: {unlisted}"
+    assert not imports, f"private Lightning imports outside lightning_anyaccel._lightning.private(): {imports}"
+
+
+def test_private_refuses_unlisted_names() -> None:
+    with pytest.raises(KeyError, match="not in lightning_anyaccel._lightning.PRIVATE_NAMES"):
+        _lightning.private("lightning.fabric.utilities.distributed", "_sync_ddp")
+
+
+def test_connector_hooks_installed_on_every_front_end() -> None:
+    import lightning_anyaccel  # noqa: F401
+
+    for front_end in INSTALLED:
+        front_end.module(front_end.trainer)  # pytorch_lightning registers when it is imported
+        for connector in (_lightning.TRAINER_CONNECTOR, _lightning.FABRIC_CONNECTOR):
+            cls = _lookup(connector, front_end)
+            assert vars(cls).get("__lightning_anyaccel_hooks__"), f"{connector} of {_version(front_end)} is not hooked"
+
+
+def test_port_refuses_a_method_that_wraps_super() -> None:
+    """Methods are shared between front ends; a decorator hiding zero-argument super() can not be."""
+    import functools
+
+    from lightning.pytorch.strategies import DDPStrategy
+
+    class Broken(DDPStrategy):
+        @functools.lru_cache  # noqa: B019
+        def teardown(self) -> None:
+            super().teardown()
+
+    Broken.__module__ = "lightning_anyaccel.tests_only"
+    if _lightning.PYTORCH_LIGHTNING not in INSTALLED:
+        pytest.skip("pytorch_lightning is not installed")
+    with pytest.raises(TypeError, match="wraps a function that uses super"):
+        _lightning.port(Broken, _lightning.PYTORCH_LIGHTNING)
