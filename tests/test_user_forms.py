@@ -208,3 +208,12 @@ def test_mixing_the_two_packages_fails_fast() -> None:
         lightning.Trainer(accelerator="any", strategy=for_pl.AnyDDPStrategy(), devices=2)
     with pytest.raises(FrontEndMismatchError, match="built for `pytorch_lightning`"):
         lightning.Fabric(accelerator=for_pl.AnyAccelerator("cpu"), devices=1)
+
+
+@pytest.mark.slow
+def test_verify_runs_its_fit_with_pytorch_lightning(python_runner) -> None:
+    proc = python_runner(["-m", "lightning_anyaccel.verify", "--frontend", "pytorch_lightning", "--json"], timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    report = __import__("json").loads(proc.stdout[proc.stdout.index("{"):])
+    assert report["environment"]["front end"] == "pytorch_lightning"
+    assert [c["status"] for c in report["checks"]] == ["PASS"] * 4
