@@ -393,6 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile-measure", type=int, default=10, help="steps under cProfile in the first round")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--knobs", action="store_true", help="also run AnyDDPStrategy with each DDP option of KNOBS")
+    parser.add_argument("--variants", default="", help="comma-separated subset of the variants to run (default: all)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may wait")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
@@ -438,6 +439,9 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as err:  # e.g. deepspeed not installed: same on every rank
             fam["errors"]["*"] = f"{type(err).__name__}: {err}"
             continue
+        if args.variants:
+            keep = {v.strip() for v in args.variants.split(",")}
+            variants = {name: fn for name, fn in variants.items() if name in keep}
         runner.classes = {}
         # round 0: untimed, profiled on rank 0 (first-use costs land here; deterministic call counts)
         for rnd in range(args.rounds + 1):
@@ -445,6 +449,7 @@ def main(argv: list[str] | None = None) -> None:
                 profile = rnd == 0
                 clock = StepClock(args.warmup, args.profile_measure if profile else args.measure, runner.device,
                                   profile and args.rank == 0)
+                runner.steps = args.warmup + clock.measure
                 dist.barrier()
                 try:
                     variants[name](clock)

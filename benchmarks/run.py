@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks.common import RESULTS_DIR, SCHEMA, load_average, metadata, write_json
 
-SECTIONS: tuple[str, ...] = ("overhead", "ddp_scaling", "collective", "first_step")
+SECTIONS: tuple[str, ...] = ("overhead", "strategies", "ddp_knobs", "collective", "first_step")
 
 
 @dataclass(frozen=True)
@@ -32,33 +32,37 @@ class Settings:
     overhead_reps: int = 20
     overhead_warmup: int = 10
     overhead_measure: int = 150
-    ddp_reps: int = 3
-    ddp_warmup: int = 3
-    ddp_measure: int = 20
-    ddp_scale: float = 1.0
+    strategy_rounds: int = 5
+    strategy_warmup: int = 5
+    strategy_measure: int = 100
+    strategy_scale: float = 1.0
+    knob_rounds: int = 3
+    knob_measure: int = 30
+    knob_scale: float = 1.0
+    knobs: tuple[str, ...] = ()  # () = every option of _strategy_worker.KNOBS
     collective_sizes: tuple[int, ...] = ()  # () = collective.DEFAULT_SIZES
     collective_trials: int = 3
     first_step_reps: int = 3
     first_step_scale: float = 1.0
     first_step_methods: tuple[str, ...] = ("popen", "spawn", "fork")
-    ddp_workloads: tuple[str, ...] = ("compute-bound", "comm-bound")
 
 
-QUICK = Settings(mode="quick", overhead_reps=6, overhead_measure=60, ddp_reps=1, ddp_measure=6, ddp_scale=0.5,
+QUICK = Settings(mode="quick", overhead_reps=6, overhead_measure=60, strategy_rounds=2, strategy_measure=20,
+                 strategy_scale=0.5, knob_rounds=1, knob_measure=5, knob_scale=0.5,
                  collective_sizes=(4096, 262144, 4194304), collective_trials=2, first_step_reps=1)
 #: For the smoke test: every code path, tiny sizes, seconds not minutes.
-TINY = Settings(mode="tiny", overhead_reps=1, overhead_warmup=2, overhead_measure=3, ddp_reps=1, ddp_warmup=1,
-                ddp_measure=2, ddp_scale=0.05, collective_sizes=(4096, 65536), collective_trials=1,
-                first_step_reps=1, first_step_scale=0.1, first_step_methods=("fork",),
-                ddp_workloads=("compute-bound",))
+TINY = Settings(mode="tiny", overhead_reps=1, overhead_warmup=2, overhead_measure=3, strategy_rounds=2,
+                strategy_warmup=1, strategy_measure=3, strategy_scale=0.05, knob_rounds=1, knob_measure=2,
+                knob_scale=0.05, knobs=("static_graph",), collective_sizes=(4096, 65536), collective_trials=1,
+                first_step_reps=1, first_step_scale=0.1, first_step_methods=("fork",))
 
 
 def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the chosen benchmark sections and return the results document (not yet written)."""
     import torch
 
-    from benchmarks import collective, ddp_scaling, first_step, overhead
-    from benchmarks.models import OVERHEAD, WORKLOADS, scaled
+    from benchmarks import collective, first_step, overhead, strategies
+    from benchmarks.models import OVERHEAD, scaled
     from lightning_anyaccel import runtime
 
     device_type = runtime.detect_device_type()
@@ -73,9 +77,13 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
         "overhead": lambda: overhead.run(
             device_type, reps=settings.overhead_reps, warmup=settings.overhead_warmup,
             measure=settings.overhead_measure, workload=scaled(OVERHEAD, 0.1) if tiny else OVERHEAD),
-        "ddp_scaling": lambda: ddp_scaling.run(
-            device_type, count, reps=settings.ddp_reps, warmup=settings.ddp_warmup, measure=settings.ddp_measure,
-            scale=settings.ddp_scale, workloads=tuple(WORKLOADS[name] for name in settings.ddp_workloads)),
+        "strategies": lambda: strategies.run(
+            device_type, count, rounds=settings.strategy_rounds, warmup=settings.strategy_warmup,
+            measure=settings.strategy_measure, scale=settings.strategy_scale,
+            profile_measure=min(10, settings.strategy_measure)),
+        "ddp_knobs": lambda: strategies.run_knobs(
+            device_type, count, rounds=settings.knob_rounds, warmup=settings.strategy_warmup,
+            measure=settings.knob_measure, scale=settings.knob_scale, **({"knobs": settings.knobs} if settings.knobs else {})),
         "collective": lambda: collective.run(
             device_type, count, sizes=settings.collective_sizes or collective.DEFAULT_SIZES,
             trials=settings.collective_trials),
