@@ -18,6 +18,9 @@ from benchmarks.common import RESULTS_DIR, ROOT, SCHEMA
 
 DOCS_PAGE = ROOT / "docs" / "benchmarks.md"
 IMAGES_DIR = ROOT / "docs" / "images" / "benchmarks"
+STRATEGY_VARIANTS = {"plugin": "plugin", "lightning": "Lightning's own", "raw": "plain PyTorch", "single": "1 process"}
+FAMILY_LABELS = {"ddp": "DDP", "fsdp": "FSDP", "fsdp2": "FSDP2", "deepspeed": "DeepSpeed ZeRO-2"}
+SECTION_NAMES = ("overhead", "strategies", "ddp_knobs", "collective", "first_step")
 VARIANT_LABELS = {"plugin": "AnyAccelerator (plugin)", "builtin": "Lightning built-in", "plain": "plain PyTorch loop"}
 PHASE_LABELS = {"import": "import", "launch_rendezvous": "launch + rendezvous", "first_step": "first step"}
 
@@ -72,21 +75,25 @@ def _plots(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
         ax.set_title(f"Plugin overhead, one device — {tag}", fontsize=9)
         made["overhead"] = _save(fig, out_dir / "overhead.png")
 
-    ddp = doc.get("ddp_scaling", {})
-    if ddp.get("workloads"):
-        fig, ax = plt.subplots(figsize=(6.4, 3.2))
-        names = list(ddp["workloads"])
-        eff = [ddp["workloads"][n]["efficiency"]["per_round"] for n in names]
-        med = [e["median"] for e in eff]
-        err = [[m - e["min"] for m, e in zip(med, eff)], [e["max"] - m for m, e in zip(med, eff)]]
-        ax.barh(names, med, xerr=err, color=["C0", "C1"][: len(names)], capsize=4)
-        for y, m in enumerate(med):
-            ax.text(0.02, y, f"{m:.2f}", va="center", color="white", fontweight="bold")
-        ax.axvline(1.0, color="gray", ls="--", lw=1)
-        ax.set_xlim(0, 1.15)
-        ax.set_xlabel("weak-scaling efficiency, 2 processes vs 1 (1.0 = perfect)")
-        ax.set_title(f"DDP scaling — {tag}", fontsize=9)
-        made["ddp_scaling"] = _save(fig, out_dir / "ddp_scaling.png")
+    st = doc.get("strategies", {})
+    fams = {f: r for f, r in st.get("families", {}).items() if r.get("steps_per_s")}
+    if fams:
+        fig, ax = plt.subplots(figsize=(6.8, 0.5 + 0.9 * len(fams)))
+        labels, med, lo, hi, colors = [], [], [], [], []
+        for f, r in fams.items():
+            for i, n in enumerate(v for v in ("plugin", "lightning", "raw") if v in r["steps_per_s"]):
+                s_ = r["steps_per_s"][n]
+                labels.append(f"{FAMILY_LABELS.get(f, f)} — {STRATEGY_VARIANTS[n]}")
+                med.append(s_["median"])
+                lo.append(s_["median"] - s_["min"])
+                hi.append(s_["max"] - s_["median"])
+                colors.append(f"C{('plugin', 'lightning', 'raw').index(n)}")
+        y = list(range(len(labels)))[::-1]
+        ax.barh(y, med, xerr=[lo, hi], color=colors, capsize=3)
+        ax.set_yticks(y, labels, fontsize=7)
+        ax.set_xlabel("training steps / s, 2 processes (median, min–max over rounds; higher is better)")
+        ax.set_title(f"Strategies side by side — {tag}", fontsize=9)
+        made["strategies"] = _save(fig, out_dir / "strategies.png")
 
     co = doc.get("collective", {})
     if co.get("memcpy"):
@@ -165,7 +172,7 @@ def _header(doc: dict[str, Any], source: str) -> list[str]:
         f"| run | mode `{meta['settings']['mode']}`, {meta['runtime_s']:.0f} s in all |",
         f"| machine load | load average (1/5/15 min) {load_b} before, {load_a} after, on {cores} cores;"
         " after each section: " + ", ".join(f"{n} {(doc[n].get('load_average_after') or ['?'])[0]}"
-                                            for n in ("overhead", "ddp_scaling", "collective", "first_step") if n in doc)
+                                            for n in SECTION_NAMES if n in doc)
         + " |",
         "",
         _noise_sentence(doc, cores),
@@ -176,7 +183,7 @@ def _header(doc: dict[str, Any], source: str) -> list[str]:
 def _noise_sentence(doc: dict[str, Any], cores: int) -> str:
     """How quiet the machine was, in words, from the load average and the overhead spread."""
     samples = [doc["meta"].get("load_average_before"), doc["meta"].get("load_average_after")]
-    samples += [doc[n].get("load_average_after") for n in ("overhead", "ddp_scaling", "collective", "first_step") if n in doc]
+    samples += [doc[n].get("load_average_after") for n in SECTION_NAMES if n in doc]
     load = max((s or [0])[0] for s in samples)
     spreads = [s["iqr_rel"] for s in doc.get("overhead", {}).get("steps_per_s", {}).values() if s.get("iqr_rel")]
     parts = [f"load average up to {load:.1f} on {cores} cores"]
@@ -252,42 +259,184 @@ def _overhead(ov: dict[str, Any], image: str | None) -> list[str]:
     return lines + [""]
 
 
-def _ddp(ddp: dict[str, Any], image: str | None) -> list[str]:
-    lines = ["## 2. DDP scaling, 1 vs 2 processes", ""]
-    if "error" in ddp:
-        return lines + [f"Failed: `{ddp['error']}`", ""]
-    if "skipped" in ddp:
-        return lines + [f"Skipped: {ddp['skipped']}.", ""]
-    st = ddp["settings"]
+def _ratio_cell(r: dict[str, Any] | None) -> str:
+    return _spread(r["per_round"]) if r else "–"
+
+
+def _goal_cell(g: dict[str, Any] | None) -> str:
+    if not g:
+        return "–"
+    if g["verdict"] == "no anchor":
+        return "not judged: no Lightning anchor on this device"
+    mark = {"met": "**met**", "within noise": "not met, within noise", "not met": "**not met**"}[g["verdict"]]
+    return f"{g['median']:.3f} (goal ≥ {g['goal']}): {mark}"
+
+
+def _calls(r: dict[str, Any], name: str) -> tuple[float, float, float] | None:
+    """(all calls, the package's own calls, Lightning's calls) per step of a variant, if profiled."""
+    c = r.get("calls_per_step", {}).get(name)
+    if not c:
+        return None
+    return (sum(g["calls"] for g in c.values()), c.get("lightning_anyaccel", {}).get("calls", 0.0),
+            c.get("lightning", {}).get("calls", 0.0))
+
+
+def _strategies(st: dict[str, Any], image: str | None) -> list[str]:
+    lines = ["## 2. Strategies side by side: plugin, Lightning's own, plain PyTorch", ""]
+    if "error" in st:
+        return lines + [f"Failed: `{st['error']}`", ""]
+    if "skipped" in st:
+        return lines + [f"Skipped: {st['skipped']}.", ""]
+    w, cfg = st["workload"], st["settings"]
     lines += [
-        f"Weak scaling: the batch per process stays the same, so 2 processes do twice the work per step;"
-        f" efficiency = steps/s with 2 processes ÷ steps/s with 1 (1.0 is perfect). Baseline: {st['baseline']};"
-        f" scaled: {st['scaled']}; threads per process: {st['threads_per_process']}; {st['reps']} rounds"
-        f" interleaved, {st['measured_steps']} timed steps after {st['warmup_steps']} warm-up steps.",
+        f"{cfg['processes']} processes ({cfg['threads_per_process']} thread each, backend `{st.get('backend')}`,"
+        f" device `{st.get('device')}` on rank 0) train the MLP {w['features']}→{w['width']}×{w['layers']}→"
+        f"{w['classes']} ({w['params']:,} parameters, batch {w['batch']} per process, SGD) on the same data three"
+        " ways per strategy: the package's strategy with `AnyAccelerator` (**plugin**), Lightning's own strategy with"
+        " Lightning's accelerator where Lightning runs on this device (**Lightning**), and a hand-written loop around"
+        " the same torch/DeepSpeed wrapper (**raw**: forward, loss, backward, `optimizer.step()`,"
+        " `zero_grad(set_to_none=True)`). Both processes are started once and every variant runs in them"
+        f" (the Trainers find the process group as under `torchrun`), in {cfg['rounds']} interleaved rounds"
+        f" (plugin, Lightning, raw, plugin, ...); each run trains {cfg['warmup_steps']} warm-up steps and"
+        f" times {cfg['measured_steps']}. A round's ratio compares runs taken back to back. Before the timed"
+        f" rounds, one untimed round counts function calls per step under `cProfile` ({cfg['profiled_steps']}"
+        " steps on rank 0).",
         "",
-        "| workload | parameters | gradients per step | batch / process | steps/s, 1 process | steps/s, 2 processes"
-        " | samples/s 1 → 2 | efficiency, per-round median [min–max] |",
-        "|---|---|---|---|---|---|---|---|",
+        "| strategy | variant | classes | steps/s median [min–max] | samples/s (all processes) | steps per CPU-second"
+        " | calls per step (package's own / Lightning's) |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for name, r in ddp["workloads"].items():
-        w = r["workload"]
-        s1, s2 = r["steps_per_s"]["1"], r["steps_per_s"]["2"]
-        lines.append(
-            f"| {name} | {w['params']:,} | {_size(w['grad_bytes'])} | {w['batch']} | {_spread(s1, '{:.1f}')} |"
-            f" {_spread(s2, '{:.1f}')} | {r['samples_per_s']['1']:.0f} → {r['samples_per_s']['2']:.0f} |"
-            f" {_spread(r['efficiency']['per_round'], '{:.2f}')} |"
-        )
-    backend = next(iter(ddp["workloads"].values())).get("backend")
-    lines += ["", f"Backend: `{backend}`. The compute-bound model spends its step on matrix products; the"
-              " communication-bound one all-reduces many gradients per sample, so its efficiency is bounded by"
-              " the all_reduce bandwidth of section 3."]
+    fams = st.get("families", {})
+    for fam, r in fams.items():
+        label = FAMILY_LABELS.get(fam, fam)
+        for name, s_ in r.get("steps_per_s", {}).items():
+            if name.startswith("plugin+"):
+                continue
+            c = _calls(r, name)
+            calls = f"{c[0]:,.0f} ({c[1]:,.0f} / {c[2]:,.0f})" if c else "–"
+            cpu = r["cpu_steps_per_s"][name]["median"]
+            lines.append(f"| {label} | {STRATEGY_VARIANTS.get(name, name)} | `{r.get('classes', {}).get(name, '')}` |"
+                         f" {_spread(s_, '{:.1f}')} | {r['samples_per_s'][name]:,.0f} | {cpu:.1f} | {calls} |")
+        for name, why in r.get("refused", {}).items():
+            if name == "lightning":
+                lines.append(f"| {label} | Lightning's own | – | refused by Lightning on this device: {why} | | | |")
+        for name, why in r.get("errors", {}).items():
+            lines.append(f"| {label} | {name} | – | **failed**: `{why.splitlines()[0]}` | | | |")
+    lines += [
+        "",
+        "Ratios of steps/s, per round: median [min–max]. Goals (reported, never asserted): plugin / Lightning ≥"
+        f" {st['goals']['plugin/lightning']}; plugin / raw at least {st['goals']['plugin/raw vs lightning/raw']} of"
+        " what Lightning's own strategy reaches against raw, i.e. (plugin/raw) ÷ (Lightning/raw) ≥"
+        f" {st['goals']['plugin/raw vs lightning/raw']}, per round. *Within noise*: the median misses the goal"
+        " but at least one round reached it.",
+        "",
+        "| strategy | plugin / Lightning | goal plugin / Lightning | plugin / raw | Lightning / raw"
+        " | goal (plugin/raw) ÷ (Lightning/raw) | plugin / raw per CPU-second |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for fam, r in fams.items():
+        ra, go = r.get("ratios", {}), r.get("goals", {})
+        if not ra:
+            continue
+        cpu = _spread(ra["plugin/raw"]["cpu_per_round"]) if "plugin/raw" in ra else "–"
+        lines.append(f"| {FAMILY_LABELS.get(fam, fam)} | {_ratio_cell(ra.get('plugin/lightning'))} |"
+                     f" {_goal_cell(go.get('plugin/lightning'))} | {_ratio_cell(ra.get('plugin/raw'))} |"
+                     f" {_ratio_cell(ra.get('lightning/raw'))} | {_goal_cell(go.get('plugin/raw vs lightning/raw'))} |"
+                     f" {cpu} |")
+    ddp = fams.get("ddp", {})
+    if ddp.get("efficiency"):
+        eff = ddp["efficiency"]
+        lines += ["", "DDP weak-scaling efficiency (steps/s with 2 processes ÷ steps/s of one process training the"
+                  " unwrapped model alone, per round; 1.0 is perfect, the batch per process is the same): "
+                  + ", ".join(f"{STRATEGY_VARIANTS[n]} {_spread(e, '{:.2f}')}" for n, e in eff.items()) + "."]
+    lines += ["", _where_time_goes(fams)]
+    spread_rows = {(fam, pair): rows for fam, r in fams.items() for pair, rows in r.get("spread_vs_steps", {}).items()}
+    if spread_rows:
+        windows = sorted({int(n) for rows in spread_rows.values() for n in rows})
+        lines += [
+            "",
+            "**How long, and why.** The same runs, cut to their first N timed steps: the spread of the per-round"
+            " ratio ((max − min) ÷ median over the rounds) for each N. The spread falls with N until machine load,"
+            " which changes between runs, dominates; the run length above is where it stops falling faster than"
+            " the run time grows. Gaps smaller than the spread at the measured length are not resolved by this run.",
+            "",
+            "| ratio | " + " | ".join(f"{n} steps" for n in windows) + " |",
+            "|---|" + "---|" * len(windows),
+        ]
+        for (fam, pair), rows in spread_rows.items():
+            cells = [f"{100 * rows[str(n)]['range_rel']:.1f} %" if str(n) in rows else "–" for n in windows]
+            lines.append(f"| {FAMILY_LABELS.get(fam, fam)} {pair} | " + " | ".join(cells) + " |")
     if image:
-        lines += ["", f"![Weak-scaling efficiency](images/benchmarks/{image})"]
+        lines += ["", f"![Steps per second per strategy and variant](images/benchmarks/{image})"]
+    return lines + [""]
+
+
+def _where_time_goes(fams: dict[str, Any]) -> str:
+    """What the call counts say: the package's own calls per step, and plugin vs Lightning vs raw."""
+    parts = []
+    for fam, r in fams.items():
+        p, lt, raw = _calls(r, "plugin"), _calls(r, "lightning"), _calls(r, "raw")
+        if not p:
+            continue
+        text = f"{FAMILY_LABELS.get(fam, fam)}: plugin {p[0]:,.0f} calls per step, {p[1]:,.0f} of them in the package"
+        if lt:
+            text += f"; Lightning's own {lt[0]:,.0f}" + (" (the same)" if round(lt[0]) == round(p[0]) else "")
+        if raw:
+            text += f"; raw {raw[0]:,.0f}, so the Trainer loop adds {p[0] - raw[0]:,.0f} ({p[2]:,.0f} in Lightning)"
+        parts.append(text)
+    if not parts:
+        return ""
+    return ("**Where the time goes** (function calls per training step, `cProfile`, rank 0; deterministic): "
+            + "; ".join(parts) + ". Calls in the package per step are what the plugin itself adds to a step;"
+            " the rest of the gap to raw is Lightning's training loop (hooks, closures, result collection),"
+            " which Lightning's own strategy pays as well.")
+
+
+def _knobs(kn: dict[str, Any], image: str | None) -> list[str]:
+    lines = ["## 3. DDP options through `AnyDDPStrategy`", ""]
+    if "error" in kn:
+        return lines + [f"Failed: `{kn['error']}`", ""]
+    if "skipped" in kn:
+        return lines + [f"Skipped: {kn['skipped']}.", ""]
+    w, cfg, r = kn["workload"], kn["settings"], kn.get("ddp", {})
+    lines += [
+        "`AnyDDPStrategy` passes every keyword argument it does not know to `DistributedDataParallel`, like"
+        " Lightning's `DDPStrategy` (`tests/test_ddp_knobs.py` checks that they reach the DDP module), and"
+        " registers `ddp_comm_hook` on every device type (Lightning's `DDPStrategy` only on CUDA):",
+        "",
+        "```python",
+        "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks",
+        "from lightning_anyaccel import AnyDDPStrategy",
+        "",
+        "strategy = AnyDDPStrategy(gradient_as_bucket_view=True, static_graph=True, bucket_cap_mb=100,",
+        "                          ddp_comm_hook=default_hooks.fp16_compress_hook)",
+        "```",
+        "",
+        f"Measured with {cfg['processes']} processes (backend `{kn.get('backend')}`) on the communication-bound MLP"
+        f" ({w['params']:,} parameters, {_size(w['grad_bytes'])} of gradients per step, batch {w['batch']}),"
+        f" {cfg['rounds']} interleaved rounds of {cfg['measured_steps']} timed steps; ratio = steps/s with the"
+        " option ÷ steps/s of the default `AnyDDPStrategy()` in the same round.",
+        "",
+        "| option | steps/s median [min–max] | ÷ default, per round median [min–max] |",
+        "|---|---|---|",
+    ]
+    sps, ratios = r.get("steps_per_s", {}), r.get("ratios", {})
+    if "plugin" in sps:
+        lines.append(f"| default | {_spread(sps['plugin'], '{:.2f}')} | 1 |")
+    for knob, options in kn["knobs"].items():
+        name = f"plugin+{knob}"
+        opt = ", ".join(f"{k}={v}" for k, v in options.items())
+        if name in sps:
+            lines.append(f"| `{opt}` | {_spread(sps[name], '{:.2f}')} | {_ratio_cell(ratios.get(f'{name}/plugin'))} |")
+        elif name in r.get("refused", {}):
+            lines.append(f"| `{opt}` | refused by torch on this backend: {r['refused'][name]} | – |")
+        elif name in r.get("errors", {}):
+            lines.append(f"| `{opt}` | **failed**: `{r['errors'][name].splitlines()[0]}` | – |")
     return lines + [""]
 
 
 def _collective(co: dict[str, Any], image: str | None) -> list[str]:
-    lines = ["## 3. all_reduce bandwidth and memcpy", ""]
+    lines = ["## 4. all_reduce bandwidth and memcpy", ""]
     if "error" in co:
         return lines + [f"Failed: `{co['error']}`", ""]
     st = co["settings"]
@@ -317,7 +466,7 @@ def _collective(co: dict[str, Any], image: str | None) -> list[str]:
 
 
 def _first_step(fs: dict[str, Any], image: str | None) -> list[str]:
-    lines = ["## 4. Time to first step: popen, spawn, fork", ""]
+    lines = ["## 5. Time to first step: popen, spawn, fork", ""]
     if "error" in fs:
         return lines + [f"Failed: `{fs['error']}`", ""]
     st = fs["settings"]
@@ -369,8 +518,8 @@ def render(results: Path, page: Path = DOCS_PAGE, images: Path = IMAGES_DIR) -> 
     except ValueError:
         source = Path(results).name
     lines = _header(doc, source)
-    sections = (("overhead", _overhead), ("ddp_scaling", _ddp), ("collective", _collective),
-                ("first_step", _first_step))
+    sections = (("overhead", _overhead), ("strategies", _strategies), ("ddp_knobs", _knobs),
+                ("collective", _collective), ("first_step", _first_step))
     for name, fn in sections:
         if name in doc:
             lines += fn(doc[name], made.get(name))
