@@ -15,7 +15,8 @@ variants on the same model, data, batch and threads:
   ``FullyShardedDataParallel``, ``fully_shard``, ``deepspeed.initialize``) and no Lightning;
 - ``single`` (``ddp`` family): rank 0 trains the unwrapped model alone while rank 1 waits, the
   1-process baseline for weak-scaling efficiency;
-- ``plugin+<knob>`` (with ``--knobs``): ``AnyDDPStrategy`` with one DDP option set.
+- family ``knobs`` (workload ``--knob-workload``): ``AnyDDPStrategy()`` (``plugin``) and
+  ``plugin+<knob>``, ``AnyDDPStrategy`` with one DDP option of ``--knobs`` set.
 
 The Trainers run in these externally started processes like under ``torchrun`` (``LOCAL_RANK``,
 ``RANK``, ``WORLD_SIZE`` set), so they reuse the process group instead of launching anything.
@@ -38,7 +39,9 @@ from pathlib import Path
 from typing import Any
 
 FAMILIES: tuple[str, ...] = ("ddp", "fsdp", "fsdp2", "deepspeed")
-#: Options users set on DDP, measured as ``plugin+<name>`` variants (``--knobs``).
+#: Every family the worker knows: the strategies, then the DDP options.
+ALL_FAMILIES: tuple[str, ...] = (*FAMILIES, "knobs")
+#: Options users set on DDP, measured as ``plugin+<name>`` variants of the ``knobs`` family.
 KNOBS: dict[str, dict[str, Any]] = {
     "gradient_as_bucket_view": {"gradient_as_bucket_view": True},
     "static_graph": {"static_graph": True},
@@ -153,7 +156,9 @@ class Runner:
         self.device_type = runtime.detect_device_type()
         self.device = torch.device("cpu") if self.device_type == "cpu" else torch.device(self.device_type, self.rank)
         self.builtin = get_spec(self.device_type).lightning_builtin
-        self.workload = scaled(WORKLOADS[args.workload], args.scale)
+        self.main_workload = scaled(WORKLOADS[args.workload], args.scale)
+        self.knob_workload = scaled(WORKLOADS[args.knob_workload], args.knob_scale)
+        self.workload = self.main_workload
         self.steps = args.warmup + args.measure
         self.classes: dict[str, str] = {}
 
@@ -226,12 +231,14 @@ class Runner:
             out["lightning"] = lambda c: self._fit_ddp("lightning", self.builtin, DDPStrategy, {}, c)
             out["raw"] = lambda c: self._raw_ddp({}, c)
             out["single"] = self._single
-            if self.args.knobs:
-                for knob, options in KNOBS.items():
-                    out[f"plugin+{knob}"] = (
-                        lambda c, knob=knob, options=options: self._fit_ddp(
-                            f"plugin+{knob}", any_acc(), AnyDDPStrategy, options, c)
-                    )
+        elif family == "knobs":
+            from lightning_anyaccel import AnyDDPStrategy
+
+            out["plugin"] = lambda c: self._fit_ddp("plugin", any_acc(), AnyDDPStrategy, {}, c)
+            for knob in filter(None, self.args.knobs.split(",")):
+                out[f"plugin+{knob}"] = (
+                    lambda c, knob=knob: self._fit_ddp(f"plugin+{knob}", any_acc(), AnyDDPStrategy, KNOBS[knob], c)
+                )
         elif family == "fsdp":
             from lightning.pytorch.strategies import FSDPStrategy
 
@@ -259,9 +266,9 @@ class Runner:
                 "lightning", self.builtin, DeepSpeedStrategy(stage=2, timeout=self.timeout), c)
             out["raw"] = self._raw_deepspeed
         else:
-            raise ValueError(f"unknown strategy family {family!r}; choose from {', '.join(FAMILIES)}")
+            raise ValueError(f"unknown strategy family {family!r}; choose from {', '.join(ALL_FAMILIES)}")
         if self.builtin is None:
-            out.pop("lightning")
+            out.pop("lightning", None)
         return out
 
     @property
@@ -384,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--families", default=",".join(ALL_FAMILIES))
     parser.add_argument("--workload", default="compute-bound")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--warmup", type=int, default=5)
@@ -392,7 +399,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile-measure", type=int, default=10, help="steps under cProfile in the first round")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--knobs", action="store_true", help="also run AnyDDPStrategy with each DDP option of KNOBS")
+    parser.add_argument("--knobs", default=",".join(KNOBS), help="comma-separated DDP options (KNOBS) for family knobs")
+    parser.add_argument("--knob-workload", default="comm-bound")
+    parser.add_argument("--knob-scale", type=float, default=1.0)
+    parser.add_argument("--knob-measure", type=int, default=30)
+    parser.add_argument("--knob-rounds", type=int, default=3)
     parser.add_argument("--variants", default="", help="comma-separated subset of the variants to run (default: all)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may wait")
     parser.add_argument("--out", required=True)
@@ -439,16 +450,20 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as err:  # e.g. deepspeed not installed: same on every rank
             fam["errors"]["*"] = f"{type(err).__name__}: {err}"
             continue
-        if args.variants:
+        if args.variants and family != "knobs":
             keep = {v.strip() for v in args.variants.split(",")}
             variants = {name: fn for name, fn in variants.items() if name in keep}
         runner.classes = {}
+        knobs = family == "knobs"
+        runner.workload = runner.knob_workload if knobs else runner.main_workload
+        measure, rounds = (args.knob_measure, args.knob_rounds) if knobs else (args.measure, args.rounds)
+        fam["settings"] = {"workload": runner.workload.name, "measured_steps": measure, "rounds": rounds}
         # round 0: untimed, profiled on rank 0 (first-use costs land here; deterministic call counts)
-        for rnd in range(args.rounds + 1):
+        for rnd in range(rounds + 1):
             for name in list(variants):
                 profile = rnd == 0
-                clock = StepClock(args.warmup, args.profile_measure if profile else args.measure, runner.device,
-                                  profile and args.rank == 0)
+                clock = StepClock(args.warmup, min(args.profile_measure, measure) if profile else measure,
+                                  runner.device, profile and args.rank == 0)
                 runner.steps = args.warmup + clock.measure
                 dist.barrier()
                 try:

@@ -20,7 +20,7 @@ DOCS_PAGE = ROOT / "docs" / "benchmarks.md"
 IMAGES_DIR = ROOT / "docs" / "images" / "benchmarks"
 STRATEGY_VARIANTS = {"plugin": "plugin", "lightning": "Lightning's own", "raw": "plain PyTorch", "single": "1 process"}
 FAMILY_LABELS = {"ddp": "DDP", "fsdp": "FSDP", "fsdp2": "FSDP2", "deepspeed": "DeepSpeed ZeRO-2"}
-SECTION_NAMES = ("overhead", "strategies", "ddp_knobs", "collective", "first_step")
+SECTION_NAMES = ("overhead", "strategies", "collective", "first_step")
 VARIANT_LABELS = {"plugin": "AnyAccelerator (plugin)", "builtin": "Lightning built-in", "plain": "plain PyTorch loop"}
 PHASE_LABELS = {"import": "import", "launch_rendezvous": "launch + rendezvous", "first_step": "first step"}
 
@@ -317,6 +317,8 @@ def _strategies(st: dict[str, Any], image: str | None) -> list[str]:
             cpu = r["cpu_steps_per_s"][name]["median"]
             lines.append(f"| {label} | {STRATEGY_VARIANTS.get(name, name)} | `{r.get('classes', {}).get(name, '')}` |"
                          f" {_spread(s_, '{:.1f}')} | {r['samples_per_s'][name]:,.0f} | {cpu:.1f} | {calls} |")
+        if "skipped" in r:
+            lines.append(f"| {label} | – | – | skipped: {r['skipped']} | | | |")
         for name, why in r.get("refused", {}).items():
             if name == "lightning":
                 lines.append(f"| {label} | Lightning's own | – | refused by Lightning on this device: {why} | | | |")
@@ -368,7 +370,10 @@ def _strategies(st: dict[str, Any], image: str | None) -> list[str]:
             lines.append(f"| {FAMILY_LABELS.get(fam, fam)} {pair} | " + " | ".join(cells) + " |")
     if image:
         lines += ["", f"![Steps per second per strategy and variant](images/benchmarks/{image})"]
-    return lines + [""]
+    lines.append("")
+    if "knobs" in st:
+        lines += _knobs(st["knobs"])
+    return lines
 
 
 def _where_time_goes(fams: dict[str, Any]) -> str:
@@ -392,12 +397,10 @@ def _where_time_goes(fams: dict[str, Any]) -> str:
             " which Lightning's own strategy pays as well.")
 
 
-def _knobs(kn: dict[str, Any], image: str | None) -> list[str]:
-    lines = ["## 3. DDP options through `AnyDDPStrategy`", ""]
+def _knobs(kn: dict[str, Any]) -> list[str]:
+    lines = ["### DDP options through `AnyDDPStrategy`", ""]
     if "error" in kn:
         return lines + [f"Failed: `{kn['error']}`", ""]
-    if "skipped" in kn:
-        return lines + [f"Skipped: {kn['skipped']}.", ""]
     w, cfg, r = kn["workload"], kn["settings"], kn.get("ddp", {})
     lines += [
         "`AnyDDPStrategy` passes every keyword argument it does not know to `DistributedDataParallel`, like"
@@ -412,7 +415,7 @@ def _knobs(kn: dict[str, Any], image: str | None) -> list[str]:
         "                          ddp_comm_hook=default_hooks.fp16_compress_hook)",
         "```",
         "",
-        f"Measured with {cfg['processes']} processes (backend `{kn.get('backend')}`) on the communication-bound MLP"
+        f"Measured in the same pair of processes after the strategies, on the communication-bound MLP"
         f" ({w['params']:,} parameters, {_size(w['grad_bytes'])} of gradients per step, batch {w['batch']}),"
         f" {cfg['rounds']} interleaved rounds of {cfg['measured_steps']} timed steps; ratio = steps/s with the"
         " option ÷ steps/s of the default `AnyDDPStrategy()` in the same round.",
@@ -423,7 +426,7 @@ def _knobs(kn: dict[str, Any], image: str | None) -> list[str]:
     sps, ratios = r.get("steps_per_s", {}), r.get("ratios", {})
     if "plugin" in sps:
         lines.append(f"| default | {_spread(sps['plugin'], '{:.2f}')} | 1 |")
-    for knob, options in kn["knobs"].items():
+    for knob, options in kn["options"].items():
         name = f"plugin+{knob}"
         opt = ", ".join(f"{k}={v}" for k, v in options.items())
         if name in sps:
@@ -436,7 +439,7 @@ def _knobs(kn: dict[str, Any], image: str | None) -> list[str]:
 
 
 def _collective(co: dict[str, Any], image: str | None) -> list[str]:
-    lines = ["## 4. all_reduce bandwidth and memcpy", ""]
+    lines = ["## 3. all_reduce bandwidth and memcpy", ""]
     if "error" in co:
         return lines + [f"Failed: `{co['error']}`", ""]
     st = co["settings"]
@@ -466,7 +469,7 @@ def _collective(co: dict[str, Any], image: str | None) -> list[str]:
 
 
 def _first_step(fs: dict[str, Any], image: str | None) -> list[str]:
-    lines = ["## 5. Time to first step: popen, spawn, fork", ""]
+    lines = ["## 4. Time to first step: popen, spawn, fork", ""]
     if "error" in fs:
         return lines + [f"Failed: `{fs['error']}`", ""]
     st = fs["settings"]
@@ -518,8 +521,8 @@ def render(results: Path, page: Path = DOCS_PAGE, images: Path = IMAGES_DIR) -> 
     except ValueError:
         source = Path(results).name
     lines = _header(doc, source)
-    sections = (("overhead", _overhead), ("strategies", _strategies), ("ddp_knobs", _knobs),
-                ("collective", _collective), ("first_step", _first_step))
+    sections = (("overhead", _overhead), ("strategies", _strategies), ("collective", _collective),
+                ("first_step", _first_step))
     for name, fn in sections:
         if name in doc:
             lines += fn(doc[name], made.get(name))

@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks.common import RESULTS_DIR, SCHEMA, load_average, metadata, write_json
 
-SECTIONS: tuple[str, ...] = ("overhead", "strategies", "ddp_knobs", "collective", "first_step")
+SECTIONS: tuple[str, ...] = ("overhead", "strategies", "collective", "first_step")
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ QUICK = Settings(mode="quick", overhead_reps=6, overhead_measure=60, strategy_ro
                  strategy_scale=0.5, knob_rounds=1, knob_measure=5, knob_scale=0.5,
                  collective_sizes=(4096, 262144, 4194304), collective_trials=2, first_step_reps=1)
 #: For the smoke test: every code path, tiny sizes, seconds not minutes.
-TINY = Settings(mode="tiny", overhead_reps=1, overhead_warmup=2, overhead_measure=3, strategy_rounds=2,
+TINY = Settings(mode="tiny", overhead_reps=1, overhead_warmup=2, overhead_measure=3, strategy_rounds=1,
                 strategy_warmup=1, strategy_measure=3, strategy_scale=0.05, knob_rounds=1, knob_measure=2,
                 knob_scale=0.05, knobs=("static_graph",), collective_sizes=(4096, 65536), collective_trials=1,
                 first_step_reps=1, first_step_scale=0.1, first_step_methods=("fork",))
@@ -80,10 +80,9 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
         "strategies": lambda: strategies.run(
             device_type, count, rounds=settings.strategy_rounds, warmup=settings.strategy_warmup,
             measure=settings.strategy_measure, scale=settings.strategy_scale,
-            profile_measure=min(10, settings.strategy_measure)),
-        "ddp_knobs": lambda: strategies.run_knobs(
-            device_type, count, rounds=settings.knob_rounds, warmup=settings.strategy_warmup,
-            measure=settings.knob_measure, scale=settings.knob_scale, **({"knobs": settings.knobs} if settings.knobs else {})),
+            profile_measure=min(10, settings.strategy_measure), knob_rounds=settings.knob_rounds,
+            knob_measure=settings.knob_measure, knob_scale=settings.knob_scale,
+            **({"knobs": settings.knobs} if settings.knobs else {})),
         "collective": lambda: collective.run(
             device_type, count, sizes=settings.collective_sizes or collective.DEFAULT_SIZES,
             trials=settings.collective_trials),

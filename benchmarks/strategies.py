@@ -15,12 +15,13 @@ machine load can blur. Every timed run keeps its per-step times, so the report c
 spread of the per-round ratios shrinks with the number of timed steps.
 
 The DDP options users reach for (``gradient_as_bucket_view``, ``static_graph``,
-``bucket_cap_mb``, comm hooks) are measured by :func:`run_knobs` as ``AnyDDPStrategy`` variants
+``bucket_cap_mb``, comm hooks) are measured in the same processes as ``AnyDDPStrategy`` variants
 against the default, on the communication-bound workload where they can matter.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
 import tempfile
@@ -140,10 +141,16 @@ def summarize_family(raw: dict[str, Any], w: Workload, world: int) -> dict[str, 
 
 def run(device_type: str, device_count: int, *, workload: Workload = COMPUTE_BOUND, scale: float = 1.0,
         warmup: int = 5, measure: int = 100, rounds: int = 5, profile_measure: int = 10, threads: int = 1,
-        families: tuple[str, ...] = FAMILIES, timeout: float = 1500) -> dict[str, Any]:
-    """Run every family's variants in interleaved rounds; return the ``strategies`` section."""
+        families: tuple[str, ...] = FAMILIES, knobs: tuple[str, ...] = tuple(KNOBS),
+        knob_workload: Workload = COMM_BOUND, knob_scale: float = 1.0, knob_measure: int = 30, knob_rounds: int = 3,
+        timeout: float = 1800) -> dict[str, Any]:
+    """Run every family's variants, then the DDP options, in one pair of processes; return the ``strategies`` section.
+
+    ``knobs=()`` leaves the DDP options out.
+    """
     world = processes_possible(device_type, device_count)
     w = scaled(workload, scale) if scale != 1.0 else workload
+    kw = scaled(knob_workload, knob_scale) if knob_scale != 1.0 else knob_workload
     result: dict[str, Any] = {
         "workload": w.describe(),
         "settings": {"processes": world, "threads_per_process": threads, "rounds": rounds, "warmup_steps": warmup,
@@ -155,41 +162,30 @@ def run(device_type: str, device_count: int, *, workload: Workload = COMPUTE_BOU
     if world < 2:
         result["skipped"] = f"needs 2 {device_type} devices, found {device_count}"
         return result
+    if "deepspeed" in families and importlib.util.find_spec("deepspeed") is None:
+        families = tuple(f for f in families if f != "deepspeed")
+        result["families"]["deepspeed"] = {"skipped": "deepspeed is not installed: pip install lightning-anyaccel[deepspeed]"}
+    run_families = (*families, "knobs") if knobs else families
     data = _launch(device_type, device_count, [
-        "--families", ",".join(families), "--workload", w.name, "--scale", str(scale), "--warmup", str(warmup),
+        "--families", ",".join(run_families), "--workload", w.name, "--scale", str(scale), "--warmup", str(warmup),
         "--measure", str(measure), "--rounds", str(rounds), "--profile-measure", str(profile_measure),
+        "--knobs", ",".join(knobs), "--knob-workload", kw.name, "--knob-scale", str(knob_scale),
+        "--knob-measure", str(knob_measure), "--knob-rounds", str(knob_rounds),
     ], threads, timeout)
     result["backend"], result["device"] = data["backend"], data["device"]
     for family, raw in data["families"].items():
-        if raw.get("runs"):
-            result["families"][family] = summarize_family(raw, w, world)
-        else:
-            result["families"][family] = {k: raw[k] for k in ("refused", "errors", "calls_per_step") if k in raw}
-    return result
-
-
-def run_knobs(device_type: str, device_count: int, *, workload: Workload = COMM_BOUND, scale: float = 1.0,
-              warmup: int = 3, measure: int = 30, rounds: int = 3, threads: int = 1,
-              knobs: tuple[str, ...] = tuple(KNOBS), timeout: float = 1200) -> dict[str, Any]:
-    """``AnyDDPStrategy`` with each DDP option against the default; return the ``ddp_knobs`` section."""
-    world = processes_possible(device_type, device_count)
-    w = scaled(workload, scale) if scale != 1.0 else workload
-    result: dict[str, Any] = {
-        "workload": w.describe(),
-        "settings": {"processes": world, "threads_per_process": threads, "rounds": rounds, "warmup_steps": warmup,
-                     "measured_steps": measure},
-        "knobs": {k: {key: (v if key != "ddp_comm_hook" else f"default_hooks.{v}_compress_hook")
-                      for key, v in KNOBS[k].items()} for k in knobs},
-    }
-    if world < 2:
-        result["skipped"] = f"needs 2 {device_type} devices, found {device_count}"
-        return result
-    data = _launch(device_type, device_count, [
-        "--families", "ddp", "--workload", w.name, "--scale", str(scale), "--warmup", str(warmup),
-        "--measure", str(measure), "--rounds", str(rounds), "--profile-measure", "3", "--knobs",
-        "--variants", ",".join(["plugin", *(f"plugin+{k}" for k in knobs)]),
-    ], threads, timeout)
-    result["backend"] = data["backend"]
-    raw = data["families"]["ddp"]
-    result["ddp"] = summarize_family(raw, w, world) if raw.get("runs") else raw
+        fw = kw if family == "knobs" else w
+        summary = summarize_family(raw, fw, world) if raw.get("runs") else {
+            k: raw[k] for k in ("refused", "errors", "calls_per_step") if k in raw}
+        if family != "knobs":
+            result["families"][family] = summary
+            continue
+        result["knobs"] = {
+            "workload": kw.describe(),
+            "settings": {"processes": world, "threads_per_process": threads, "rounds": knob_rounds,
+                         "warmup_steps": warmup, "measured_steps": knob_measure},
+            "options": {k: {key: (v if key != "ddp_comm_hook" else f"default_hooks.{v}_compress_hook")
+                            for key, v in KNOBS[k].items()} for k in knobs},
+            "ddp": summary,
+        }
     return result

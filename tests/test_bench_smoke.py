@@ -5,6 +5,7 @@ No timing is asserted: only that the code runs, the schema holds and the measure
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,9 +54,28 @@ def test_benchmarks_run_tiny(tmp_path: Path) -> None:
         assert ov["classes"]["plugin"].startswith("AnyAccelerator")
         assert "plugin/builtin" in ov["ratios"] and isinstance(ov["goal_met"], bool)
 
-    if "skipped" not in doc["ddp_scaling"]:
-        for result in doc["ddp_scaling"]["workloads"].values():
-            assert result["efficiency"]["of_medians"] > 0
+    st = doc["strategies"]
+    if "skipped" not in st:
+        assert set(st["families"]) == {"ddp", "fsdp", "fsdp2", "deepspeed"}
+        for family, result in st["families"].items():
+            if family == "deepspeed" and "skipped" in result:
+                assert importlib.util.find_spec("deepspeed") is None
+                continue
+            assert not result.get("errors"), (family, result.get("errors"))
+            assert {"plugin", "raw"} <= set(result["steps_per_s"]), family
+            assert "plugin/raw" in result["ratios"] and "plugin/raw vs lightning/raw" in result["goals"]
+            assert result["calls_per_step"]["plugin"] and result["calls_per_step"]["raw"]
+            # Lightning's own strategy ran, or its refusal was recorded (FSDP, DeepSpeed: CUDA only)
+            assert "lightning" in result["steps_per_s"] or "lightning" in result["refused"] or not \
+                meta["device"]["lightning_builtin"], family
+            if st["settings"]["rounds"] >= 2:
+                assert result["spread_vs_steps"]["plugin/raw"]
+        assert set(st["families"]["ddp"]["efficiency"]) >= {"plugin", "raw"}
+        assert "plugin/lightning" in st["families"]["ddp"]["ratios"]  # Lightning's DDP runs on every device it has
+        kn = st["knobs"]["ddp"]
+        measured = {k for k in st["knobs"]["options"] if f"plugin+{k}" in kn["steps_per_s"]}
+        assert measured | {k.removeprefix("plugin+") for k in kn["refused"]} == set(st["knobs"]["options"])
+        assert all(f"plugin+{k}/plugin" in kn["ratios"] for k in measured)
     co = doc["collective"]
     assert co["memcpy"] and all(row["gbps"] > 0 for row in co["memcpy"])
     if "skipped" not in co:
@@ -77,6 +97,6 @@ def test_benchmarks_run_tiny(tmp_path: Path) -> None:
     written = report.render(results, page=page, images=tmp_path / "img")
     text = page.read_text()
     assert written[0] == page
-    for needle in (meta["date"], meta["versions"]["torch"], meta["machine"]["cpu_model"], "## 1. Plugin overhead"):
+    for needle in (meta["date"], meta["versions"]["torch"], meta["machine"]["cpu_model"], "## 1. Plugin overhead", "## 2. Strategies side by side"):
         assert needle in text
     assert json.loads(results.read_text())["schema"] == SCHEMA
