@@ -20,7 +20,7 @@ DOCS_PAGE = ROOT / "docs" / "benchmarks.md"
 IMAGES_DIR = ROOT / "docs" / "images" / "benchmarks"
 STRATEGY_VARIANTS = {"plugin": "plugin", "lightning": "Lightning's own", "raw": "plain PyTorch", "single": "1 process"}
 FAMILY_LABELS = {"ddp": "DDP", "fsdp": "FSDP", "fsdp2": "FSDP2", "deepspeed": "DeepSpeed ZeRO-2"}
-SECTION_NAMES = ("overhead", "strategies", "collective", "first_step")
+SECTION_NAMES = ("overhead", "strategies", "collective", "first_step", "device_calls")
 VARIANT_LABELS = {"plugin": "AnyAccelerator (plugin)", "builtin": "Lightning built-in", "plain": "plain PyTorch loop"}
 PHASE_LABELS = {"import": "import", "launch_rendezvous": "launch + rendezvous", "first_step": "first step"}
 
@@ -492,6 +492,39 @@ def _first_step(fs: dict[str, Any], image: str | None) -> list[str]:
     return lines + [""]
 
 
+def _device_calls(dc: dict[str, Any], image: str | None) -> list[str]:
+    lines = ["## 5. Per-step calls on the device against CPU", ""]
+    if "error" in dc:
+        return lines + [f"Failed: `{dc['error']}`", ""]
+    if "skipped" in dc:
+        return lines + [f"Not run: {dc['skipped']}. `python -m benchmarks --device emulated:NAME` runs every"
+                        " section on the tests' emulated device and adds this one.", ""]
+    dev, cfg = dc["device"], dc["settings"]
+    calls = dc["calls_per_step"]
+    lines += [
+        f"`AnyAccelerator('{dev}')` and `AnyAccelerator('cpu')` with `any_single`, the overhead MLP, function calls"
+        f" per step over {cfg['profiled_steps']} steps under `cProfile` (a check of what runs per step, not a speed"
+        f" claim): {dev} {calls[dev]:,.1f}, cpu {calls['cpu']:,.1f}; calls into the device module"
+        f" `torch.{dev}` ({dc['device_module_functions']} Python functions): {dc['device_module_calls_per_step']:.1f}"
+        " per step; functions of the package whose per-step count differs between the devices:"
+        f" {', '.join(f'`{n}`' for n in in_package) if in_package else 'none'}.",
+        "",
+    ]
+    if dc.get("device_module_calls"):
+        lines += ["| device-module function | calls per step | most frequent callers |", "|---|---|---|"]
+        for fn, row in dc["device_module_calls"].items():
+            callers = ", ".join(f"`{c}` {n:.1f}" for c, n in row["callers"].items())
+            lines.append(f"| `{fn}` | {row['calls']:.1f} | {callers} |")
+        lines.append("")
+    if dc.get("differing_functions_per_step"):
+        lines += [f"Functions whose calls per step differ ({dev} − cpu; {dc['differing_functions_total']} in all,"
+                  " the largest differences):", "", "| function | calls per step, device − CPU |", "|---|---|"]
+        for fn, d in dc["differing_functions_per_step"].items():
+            lines.append(f"| `{fn}` | {d:+.1f} |")
+        lines.append("")
+    return lines
+
+
 def _footer() -> list[str]:
     return [
         "## Reproduce",
@@ -522,7 +555,7 @@ def render(results: Path, page: Path = DOCS_PAGE, images: Path = IMAGES_DIR) -> 
         source = Path(results).name
     lines = _header(doc, source)
     sections = (("overhead", _overhead), ("strategies", _strategies), ("collective", _collective),
-                ("first_step", _first_step))
+                ("first_step", _first_step), ("device_calls", _device_calls))
     for name, fn in sections:
         if name in doc:
             lines += fn(doc[name], made.get(name))

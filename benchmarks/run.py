@@ -19,9 +19,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, SCHEMA, load_average, metadata, write_json
+from benchmarks.common import RESULTS_DIR, ROOT, SCHEMA, load_average, metadata, write_json
 
-SECTIONS: tuple[str, ...] = ("overhead", "strategies", "collective", "first_step")
+SECTIONS: tuple[str, ...] = ("overhead", "strategies", "collective", "first_step", "device_calls")
+#: ``--device emulated:NAME``: the emulated PrivateUse1 device of the tests (``tests/emulator``), loaded
+#: in every process of the run by this folder on ``PYTHONPATH`` and ``$LIGHTNING_ANYACCEL_EMULATE``.
+EMULATOR_AUTOLOAD = ROOT / "tests" / "emulator" / "autoload"
+EMULATE_ENV = "LIGHTNING_ANYACCEL_EMULATE"
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
     """Run the chosen benchmark sections and return the results document (not yet written)."""
     import torch
 
-    from benchmarks import collective, first_step, overhead, strategies
+    from benchmarks import collective, device_calls, first_step, overhead, strategies
     from benchmarks.models import OVERHEAD, scaled
     from lightning_anyaccel import runtime
 
@@ -86,6 +90,9 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
         "collective": lambda: collective.run(
             device_type, count, sizes=settings.collective_sizes or collective.DEFAULT_SIZES,
             trials=settings.collective_trials),
+        "device_calls": lambda: device_calls.run(
+            device_type, **({"self_check": True, "warmup": 2, "measure": 3, "workload": scaled(OVERHEAD, 0.1)}
+                            if tiny else {})),
         "first_step": lambda: first_step.run(device_type, count, reps=settings.first_step_reps,
                                              scale=settings.first_step_scale, methods=settings.first_step_methods),
     }
@@ -112,7 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "latest.json", help="results file to write")
     parser.add_argument("--no-report", action="store_true", help="do not render plots and docs/benchmarks.md")
+    parser.add_argument("--device", default=None,
+                        help="emulated:NAME runs everything on the tests' emulated device NAME (tests/emulator);"
+                             " otherwise the device torch.accelerator reports (give its type to check it)")
     args = parser.parse_args(argv)
+    if args.device:
+        _select_device(parser, args.device, sys.argv[1:] if argv is None else argv)
     sections = tuple(s.strip() for s in args.only.split(",") if s.strip())
     unknown = set(sections) - set(SECTIONS)
     if unknown:
@@ -131,6 +143,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] FAILED sections: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _select_device(parser: argparse.ArgumentParser, device: str, argv: list[str]) -> None:
+    """Load the emulated device in this and every child process (re-running this command), or check the type.
+
+    The emulator must exist before torch picks its accelerator, and in every process the
+    benchmarks start, so ``emulated:NAME`` sets ``$LIGHTNING_ANYACCEL_EMULATE`` and puts
+    ``tests/emulator/autoload`` on ``PYTHONPATH``, then runs the same command again.
+    """
+    import os
+
+    from lightning_anyaccel import runtime
+
+    if device.startswith("emulated:"):
+        name = device.split(":", 1)[1]
+        if not EMULATOR_AUTOLOAD.is_dir():
+            parser.error(f"--device {device}: the emulated device is not in this checkout ({EMULATOR_AUTOLOAD}"
+                         " missing); run on CPU or on a real accelerator without --device")
+        paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if os.environ.get(EMULATE_ENV) != name or str(EMULATOR_AUTOLOAD) not in paths:
+            os.environ[EMULATE_ENV] = name
+            os.environ["PYTHONPATH"] = os.pathsep.join([str(EMULATOR_AUTOLOAD), *filter(None, paths)])
+            os.execv(sys.executable, [sys.executable, "-m", "benchmarks", *argv])
+        device = name
+    found = runtime.detect_device_type()
+    if found != device:
+        parser.error(f"--device {device}: torch reports {found!r} as this process's device; the benchmarks measure"
+                     " the device torch.accelerator reports (leave --device out, or use emulated:NAME)")
 
 
 if __name__ == "__main__":

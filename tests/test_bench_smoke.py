@@ -85,6 +85,11 @@ def test_benchmarks_run_tiny(tmp_path: Path) -> None:
     for method, phases in fs.items():
         assert set(phases) == {"import", "launch_rendezvous", "first_step", "total"}, method
 
+    dc = doc["device_calls"]  # tiny: the device against CPU (CPU against itself on a CPU run)
+    assert dc["calls_per_step"][meta["device"]["type"]] > 0 and dc["device_module_calls_per_step"] >= 0
+    if meta["device"]["type"] == "cpu":
+        assert dc["differing_in_package"] == [] and dc["device_module_calls_per_step"] == 0
+
     values = list(_medians(doc))
     assert values and all(v > 0 for v in values), values
 
@@ -100,3 +105,13 @@ def test_benchmarks_run_tiny(tmp_path: Path) -> None:
     for needle in (meta["date"], meta["versions"]["torch"], meta["machine"]["cpu_model"], "## 1. Plugin overhead", "## 2. Strategies side by side"):
         assert needle in text
     assert json.loads(results.read_text())["schema"] == SCHEMA
+
+
+def test_emulated_device_option_names_what_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import run
+
+    if run.EMULATOR_AUTOLOAD.is_dir():
+        pytest.skip("the emulator is in this checkout: `--device emulated:NAME` would run the benchmarks")
+    with pytest.raises(SystemExit):
+        run.main(["--device", "emulated:npu", "--only", "overhead"])
+    assert "tests/emulator" in capsys.readouterr().err
