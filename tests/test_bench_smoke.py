@@ -107,6 +107,21 @@ def test_benchmarks_run_tiny(tmp_path: Path) -> None:
     assert json.loads(results.read_text())["schema"] == SCHEMA
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_emulated_device_adds_no_per_step_device_calls() -> None:
+    """On the tests' emulated device (when the checkout has it), the plugin's step calls no device-module function."""
+    from benchmarks import device_calls, run
+
+    if not run.EMULATOR_AUTOLOAD.is_dir():
+        pytest.skip("no emulated device in this checkout (tests/emulator)")
+    dc = device_calls.run("cpu")  # a CPU run measures the emulated device in a child process
+    assert dc["emulated"]["device"]["type"] == device_calls.EMULATED_NAME
+    assert dc["device_module_functions"] > 0  # the device module was found, so a call would have been counted
+    assert dc["device_module_calls_per_step"] == 0, dc["device_module_calls"]
+    assert dc["differing_in_package"] == [], dc["differing_in_package"]
+
+
 def test_emulated_device_option_names_what_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks import run
 
