@@ -106,13 +106,15 @@ def summarize_family(raw: dict[str, Any], w: Workload, world: int) -> dict[str, 
     goals: dict[str, Any] = {}
     if "plugin/lightning" in ratios:
         pr = ratios["plugin/lightning"]["per_round"]
-        goals["plugin/lightning"] = {"goal": GOAL_PLUGIN_OVER_LIGHTNING, "median": pr["median"],
+        goals["plugin/lightning"] = {"goal": GOAL_PLUGIN_OVER_LIGHTNING, "median": pr["median"], "min": pr["min"],
+                                     "max": pr["max"],
                                      "verdict": _verdict(pr, GOAL_PLUGIN_OVER_LIGHTNING)}
     if "plugin/raw" in ratios and "lightning/raw" in ratios:
         # plugin/raw against 0.97 x what Lightning reaches, per round: (plugin/raw) / (lightning/raw)
         rel = summarize([p / q for p, q in zip(ratios["plugin/raw"]["per_round"]["values"],
                                                ratios["lightning/raw"]["per_round"]["values"])])
         goals["plugin/raw vs lightning/raw"] = {"goal": GOAL_PLUGIN_RAW_OF_LIGHTNING, "median": rel["median"],
+                                                "min": rel["min"], "max": rel["max"],
                                                 "verdict": _verdict(rel, GOAL_PLUGIN_RAW_OF_LIGHTNING)}
     elif "plugin/raw" in ratios:
         goals["plugin/raw vs lightning/raw"] = {
