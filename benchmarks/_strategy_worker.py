@@ -13,6 +13,8 @@ variants on the same model, data, batch and threads:
   refuses the device;
 - ``raw``: a hand-written loop with the same parallel wrapper (``DistributedDataParallel``,
   ``FullyShardedDataParallel``, ``fully_shard``, ``deepspeed.initialize``) and no Lightning;
+- ``raw+sigterm_broadcast`` (``ddp`` family): ``raw`` plus the one-element broadcast and host read
+  Lightning 2.6's loop does before every step with several processes;
 - ``single`` (``ddp`` family): rank 0 trains the unwrapped model alone while rank 1 waits, the
   1-process baseline for weak-scaling efficiency;
 - family ``knobs`` (workload ``--knob-workload``): ``AnyDDPStrategy()`` (``plugin``) and
@@ -72,7 +74,12 @@ def group_calls(profile: cProfile.Profile, steps: int) -> dict[str, dict[str, fl
         if group == "lightning_anyaccel":  # what the package itself runs per step, by name
             where = filename.split("lightning_anyaccel")[-1].lstrip("/\\")
             row.setdefault("functions", {})[f"{where}:{line} {name}"] = nc / steps
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]["calls"]))
+    result = dict(sorted(out.items(), key=lambda kv: -kv[1]["calls"]))
+    # the functions with the most own time (profiled, so inflated; read them relative to each other)
+    top = sorted(pstats.Stats(profile).stats.items(), key=lambda kv: -kv[1][2])[:8]  # type: ignore[attr-defined]
+    result["_top_own_time"] = {f"{Path(k[0]).name}:{k[1]} {k[2]}": {"ms": 1e3 * v[2] / steps, "calls": v[1] / steps}
+                               for k, v in top}
+    return result
 
 
 class StepClock:
@@ -194,12 +201,23 @@ class Runner:
         trainer.fit(module, self.loader())
         self.classes[name] = f"{type(trainer.accelerator).__name__}/{type(trainer.strategy).__name__}"
 
-    def raw_loop(self, model: Any, optimizer: Any, clock: StepClock, step: Callable[[Any, Any], None] | None = None) -> None:
-        """Forward, cross-entropy, backward, ``optimizer.step``, ``zero_grad(set_to_none=True)`` per batch."""
+    def raw_loop(self, model: Any, optimizer: Any, clock: StepClock, step: Callable[[Any, Any], None] | None = None,
+                 sigterm_broadcast: bool = False) -> None:
+        """Forward, cross-entropy, backward, ``optimizer.step``, ``zero_grad(set_to_none=True)`` per batch.
+
+        ``sigterm_broadcast`` adds what Lightning 2.6's training loop does before every step with more
+        than one process (``_TrainingEpochLoop._broadcast_sigterm_tensor``): broadcast a one-element
+        tensor from rank 0 and read it on the host.
+        """
         import torch
+        import torch.distributed as dist
 
         model.train()
         for x, y in self.loader():
+            if sigterm_broadcast:
+                flag = torch.tensor([0], device=self.device)
+                dist.broadcast(flag, src=0)
+                flag.item()
             x, y = x.to(self.device), y.to(self.device)
             if step is not None:
                 step(x, y)
@@ -233,6 +251,7 @@ class Runner:
             out["plugin"] = lambda c: self._fit_ddp("plugin", any_acc(), AnyDDPStrategy, {}, c)
             out["lightning"] = lambda c: self._fit_ddp("lightning", self.builtin, DDPStrategy, {}, c)
             out["raw"] = lambda c: self._raw_ddp({}, c)
+            out["raw+sigterm_broadcast"] = lambda c: self._raw_ddp({}, c, sigterm_broadcast=True)
             out["single"] = self._single
         elif family == "knobs":
             from lightning_anyaccel import AnyDDPStrategy
@@ -302,7 +321,7 @@ class Runner:
         self.seed()
         self.fit(name, accelerator, strategy, FSDP2Module(self.workload), clock)
 
-    def _raw_ddp(self, knob: dict[str, Any], clock: StepClock) -> None:
+    def _raw_ddp(self, knob: dict[str, Any], clock: StepClock, sigterm_broadcast: bool = False) -> None:
         import torch
         from torch.nn.parallel import DistributedDataParallel
 
@@ -311,8 +330,10 @@ class Runner:
         model = DistributedDataParallel(self.net(), device_ids=ids, **options)
         if hook is not None:
             model.register_comm_hook(None, hook)
-        self.raw_loop(model, torch.optim.SGD(model.parameters(), lr=0.01), clock)
-        self.classes["raw"] = "torch.nn.parallel.DistributedDataParallel"
+        self.raw_loop(model, torch.optim.SGD(model.parameters(), lr=0.01), clock, sigterm_broadcast=sigterm_broadcast)
+        name = "raw+sigterm_broadcast" if sigterm_broadcast else "raw"
+        self.classes[name] = "torch.nn.parallel.DistributedDataParallel" + (
+            " + Lightning's per-step broadcast" if sigterm_broadcast else "")
 
     def _single(self, clock: StepClock) -> None:
         """Rank 0 alone, no wrapper, no collectives; the other ranks wait at the next barrier."""
@@ -408,6 +429,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--knob-measure", type=int, default=30)
     parser.add_argument("--knob-rounds", type=int, default=3)
     parser.add_argument("--variants", default="", help="comma-separated subset of the variants to run (default: all)")
+    parser.add_argument("--dump-profiles", default="", help="folder for rank 0's cProfile files of the profiled round")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds any collective may wait")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
@@ -486,6 +508,10 @@ def main(argv: list[str] | None = None) -> None:
                 res = clock.result()
                 if profile:
                     fam["calls_per_step"][name] = res["calls"]
+                    if args.dump_profiles:  # for `python -m pstats` / snakeviz
+                        Path(args.dump_profiles).mkdir(parents=True, exist_ok=True)
+                        assert clock.profile is not None
+                        clock.profile.dump_stats(str(Path(args.dump_profiles, f"{family}-{name}.prof")))
                 else:
                     fam["runs"].setdefault(name, []).append(res)
                 fam["threads"][name] = torch.get_num_threads()

@@ -18,7 +18,8 @@ from benchmarks.common import RESULTS_DIR, ROOT, SCHEMA
 
 DOCS_PAGE = ROOT / "docs" / "benchmarks.md"
 IMAGES_DIR = ROOT / "docs" / "images" / "benchmarks"
-STRATEGY_VARIANTS = {"plugin": "plugin", "lightning": "Lightning's own", "raw": "plain PyTorch", "single": "1 process"}
+STRATEGY_VARIANTS = {"plugin": "plugin", "lightning": "Lightning's own", "raw": "plain PyTorch", "single": "1 process",
+                     "raw+sigterm_broadcast": "plain PyTorch + Lightning's per-step broadcast"}
 FAMILY_LABELS = {"ddp": "DDP", "fsdp": "FSDP", "fsdp2": "FSDP2", "deepspeed": "DeepSpeed ZeRO-2"}
 SECTION_NAMES = ("overhead", "strategies", "collective", "first_step", "device_calls")
 VARIANT_LABELS = {"plugin": "AnyAccelerator (plugin)", "builtin": "Lightning built-in", "plain": "plain PyTorch loop"}
@@ -325,6 +326,7 @@ def _calls(r: dict[str, Any], name: str) -> tuple[float, float, float] | None:
     c = r.get("calls_per_step", {}).get(name)
     if not c:
         return None
+    c = {k: v for k, v in c.items() if not k.startswith("_")}
     return (sum(g["calls"] for g in c.values()), c.get("lightning_anyaccel", {}).get("calls", 0.0),
             c.get("lightning", {}).get("calls", 0.0))
 
@@ -439,10 +441,22 @@ def _where_time_goes(fams: dict[str, Any]) -> str:
         parts.append(text)
     if not parts:
         return ""
-    return ("**Where the time goes** (function calls per training step, `cProfile`, rank 0; deterministic): "
+    text = ("**Where the time goes** (function calls per training step, `cProfile`, rank 0; deterministic): "
             + "; ".join(parts) + ". Calls in the package per step are what the plugin itself adds to a step;"
             " the rest of the gap to raw is Lightning's training loop (hooks, closures, result collection),"
             " which Lightning's own strategy pays as well.")
+    ra = fams.get("ddp", {}).get("ratios", {})
+    if "raw+sigterm_broadcast/raw" in ra and "plugin/raw+sigterm_broadcast" in ra:
+        text += (
+            " One piece of that loop is a collective: with more than one process, Lightning 2.6 broadcasts a"
+            " one-element tensor from rank 0 and reads it on the host before **every** training step"
+            " (`_TrainingEpochLoop._broadcast_sigterm_tensor`, SIGTERM propagation; on an accelerator this is also a"
+            " device synchronisation per step; upstream: Lightning-AI/pytorch-lightning#21487, PR #21640 makes it"
+            " configurable). The plain DDP loop with the same broadcast added reaches"
+            f" {_spread(ra['raw+sigterm_broadcast/raw']['per_round'])} of the plain loop, and the plugin reaches"
+            f" {_spread(ra['plugin/raw+sigterm_broadcast']['per_round'])} of that loop: the part of plugin / raw"
+            " the broadcast does not explain is the Trainer's Python per step.")
+    return text
 
 
 def _knobs(kn: dict[str, Any]) -> list[str]:

@@ -1,8 +1,9 @@
 """Run every benchmark on this machine's device and write one results file (then plots + docs page).
 
-    python -m benchmarks                 # defaults (~5-10 min on 2 CPU cores)
-    python -m benchmarks --quick         # smaller sizes, fewer repetitions (~1-2 min)
-    python -m benchmarks --only overhead,collective --no-report
+    python -m benchmarks                 # defaults (~15 min on 2 idle CPU cores)
+    python -m benchmarks --quick         # smaller sizes, fewer repetitions (a few minutes)
+    python -m benchmarks --only overhead,strategies --no-report
+    python -m benchmarks --device emulated:npu   # on the tests' emulated device (tests/emulator)
 
 The device is the one :func:`lightning_anyaccel.detect_device_type` reports (CPU when there is no
 accelerator). A results file holds one run on one machine; ratios are only ever formed inside it.
@@ -115,7 +116,7 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions (~1-2 min)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions (a few minutes)")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "latest.json", help="results file to write")
     parser.add_argument("--no-report", action="store_true", help="do not render plots and docs/benchmarks.md")

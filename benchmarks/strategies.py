@@ -89,7 +89,8 @@ def summarize_family(raw: dict[str, Any], w: Workload, world: int) -> dict[str, 
     out["samples_per_s"] = {n: s["median"] * w.batch * (1 if n == "single" else world)
                             for n, s in out["steps_per_s"].items()}
     ratios: dict[str, Any] = {}
-    for a, b in (("plugin", "raw"), ("plugin", "lightning"), ("lightning", "raw")):
+    for a, b in (("plugin", "raw"), ("plugin", "lightning"), ("lightning", "raw"), ("raw+sigterm_broadcast", "raw"),
+                 ("plugin", "raw+sigterm_broadcast")):
         if a in runs and b in runs:
             ratios[f"{a}/{b}"] = {
                 "per_round": summarize(_ratio_rounds(runs, a, b)),
