@@ -39,15 +39,15 @@ class Settings:
     overhead_measure: int = 150
     strategy_rounds: int = 5
     strategy_warmup: int = 5
-    strategy_measure: int = 100
+    strategy_measure: int = 60
     strategy_scale: float = 1.0
     knob_rounds: int = 3
-    knob_measure: int = 30
+    knob_measure: int = 20
     knob_scale: float = 1.0
     knobs: tuple[str, ...] = ()  # () = every option of _strategy_worker.KNOBS
     collective_sizes: tuple[int, ...] = ()  # () = collective.DEFAULT_SIZES
     collective_trials: int = 3
-    first_step_reps: int = 3
+    first_step_reps: int = 2
     first_step_scale: float = 1.0
     first_step_methods: tuple[str, ...] = ("popen", "spawn", "fork")
 
