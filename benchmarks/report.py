@@ -407,17 +407,25 @@ def _strategies(st: dict[str, Any], image: str | None) -> list[str]:
         windows = sorted({int(n) for rows in spread_rows.values() for n in rows})
         lines += [
             "",
-            "**How long, and why.** The same runs, cut to their first N timed steps: the spread of the per-round"
-            " ratio ((max − min) ÷ median over the rounds) for each N. The spread falls with N until machine load,"
-            " which changes between runs, dominates; the run length above is where it stops falling faster than"
-            " the run time grows. Gaps smaller than the spread at the measured length are not resolved by this run.",
+            f"**How long, and why.** Each variant runs {cfg['rounds']} rounds of {cfg['measured_steps']} timed steps"
+            " (`benchmarks/run.py`, `Settings`), which keeps the whole `make bench` near a quarter of an hour on"
+            " 2 cores. The table cuts the same runs to their first N timed steps and gives the spread of the"
+            " per-round ratio ((max − min) ÷ median over the rounds) for each N: it shrinks with N while the"
+            " step-to-step jitter averages out, and stops shrinking once load changes between runs dominate (on a"
+            " shared machine, early). A gap is resolved when every round lies on the same side of 1; where it is"
+            " not, the call counts above (deterministic) and the ratios per CPU-second (barely touched by other"
+            " processes) are the better evidence.",
             "",
-            "| ratio | " + " | ".join(f"{n} steps" for n in windows) + " |",
-            "|---|" + "---|" * len(windows),
+            "| ratio | " + " | ".join(f"{n} steps" for n in windows) + " | gap from 1 at full length | resolved? |",
+            "|---|" + "---|" * (len(windows) + 2),
         ]
         for (fam, pair), rows in spread_rows.items():
             cells = [f"{100 * rows[str(n)]['range_rel']:.1f} %" if str(n) in rows else "–" for n in windows]
-            lines.append(f"| {FAMILY_LABELS.get(fam, fam)} {pair} | " + " | ".join(cells) + " |")
+            full = rows[str(max(int(n) for n in rows))]
+            gap = f"{100 * (full['median'] - 1):+.1f} %"
+            resolved = ("yes: every round on the same side of 1" if full["min"] > 1 or full["max"] < 1
+                        else "no: rounds on both sides of 1")
+            lines.append(f"| {FAMILY_LABELS.get(fam, fam)} {pair} | " + " | ".join(cells) + f" | {gap} | {resolved} |")
     if image:
         lines += ["", f"![Steps per second per strategy and variant](images/benchmarks/{image})"]
     lines.append("")
@@ -497,6 +505,18 @@ def _knobs(kn: dict[str, Any]) -> list[str]:
             lines.append(f"| `{opt}` | refused by torch on this backend: {r['refused'][name]} | – |")
         elif name in r.get("errors", {}):
             lines.append(f"| `{opt}` | **failed**: `{r['errors'][name].splitlines()[0]}` | – |")
+    helped, hurt, unclear = [], [], []
+    for knob in kn["options"]:
+        pr = ratios.get(f"plugin+{knob}/plugin", {}).get("per_round")
+        if pr:
+            (helped if pr["min"] > 1 else hurt if pr["max"] < 1 else unclear).append(f"`{knob}`")
+    lines += ["", "In this run, faster than the default in every round: " + (", ".join(helped) or "none")
+              + "; slower in every round: " + (", ".join(hurt) or "none") + "; within the run-to-run spread: "
+              + (", ".join(unclear) or "none") + ". What an option gains depends on the model, the backend and the"
+              " network: measure your own job before keeping one."]
+    if any("bf16" in k for k in r.get("refused", {})):
+        lines += ["", "torch implements `bf16_compress_hook` for NCCL and XCCL only; on gloo (CPU) use"
+                  " `fp16_compress_hook`, which gloo all-reduces."]
     return lines + [""]
 
 
