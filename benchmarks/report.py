@@ -465,6 +465,9 @@ def _where_time_goes(fams: dict[str, Any]) -> str:
         if not p:
             continue
         text = f"{FAMILY_LABELS.get(fam, fam)}: plugin {p[0]:,.0f} calls per step, {p[1]:,.0f} of them in the package"
+        own = r["calls_per_step"]["plugin"].get("lightning_anyaccel", {}).get("functions", {})
+        if own:
+            text += " (" + ", ".join(f"`{name}` {n:g}" for name, n in own.items()) + ")"
         if lt:
             text += f"; Lightning's own {lt[0]:,.0f}" + (" (the same)" if round(lt[0]) == round(p[0]) else "")
         if raw:
@@ -473,7 +476,9 @@ def _where_time_goes(fams: dict[str, Any]) -> str:
     if not parts:
         return ""
     text = ("**Where the time goes** (function calls per training step, `cProfile`, rank 0; deterministic): "
-            + "; ".join(parts) + ". Calls in the package per step are what the plugin itself adds to a step;"
+            + "; ".join(parts) + ". Calls in the package per step are what the plugin itself adds to a step"
+            " (where there are any, they are the package's overrides of hooks Lightning calls every step anyway,"
+            " e.g. the FSDP precision plugin's `forward_context`, which Lightning's `FSDPPrecision` binds to `cuda`);"
             " the rest of the gap to raw is Lightning's training loop (hooks, closures, result collection),"
             " which Lightning's own strategy pays as well.")
     ra = fams.get("ddp", {}).get("ratios", {})
