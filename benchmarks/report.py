@@ -431,8 +431,9 @@ def _strategies(st: dict[str, Any], image: str | None) -> list[str]:
         lines += [
             "",
             f"**How long, and why.** Each variant runs {cfg['rounds']} rounds of {cfg['measured_steps']} timed steps"
-            " (`benchmarks/run.py`, `Settings`), which keeps the whole `make bench` near a quarter of an hour on"
-            " 2 cores. The table cuts the same runs to their first N timed steps and gives the spread of the"
+            f" (`benchmarks/run.py`, `Settings`); this section took {st.get('runtime_s', 0) / 60:.0f} min of the"
+            " run (the whole run: see *Where and when*), chosen so that `make bench` stays near 20 minutes on a"
+            " shared 2-core machine. The table cuts the same runs to their first N timed steps and gives the spread of the"
             " per-round ratio ((max − min) ÷ median over the rounds) for each N: it shrinks with N while the"
             " step-to-step jitter averages out, and stops shrinking once load changes between runs dominate (on a"
             " shared machine, early). A gap is resolved when every round lies on the same side of 1; where it is"
