@@ -155,8 +155,6 @@ def _select_device(parser: argparse.ArgumentParser, device: str, argv: list[str]
     """
     import os
 
-    from lightning_anyaccel import runtime
-
     if device.startswith("emulated:"):
         name = device.split(":", 1)[1]
         if not EMULATOR_AUTOLOAD.is_dir():
@@ -168,6 +166,8 @@ def _select_device(parser: argparse.ArgumentParser, device: str, argv: list[str]
             os.environ["PYTHONPATH"] = os.pathsep.join([str(EMULATOR_AUTOLOAD), *filter(None, paths)])
             os.execv(sys.executable, [sys.executable, "-m", "benchmarks", *argv])
         device = name
+    from lightning_anyaccel import runtime  # after the re-run: torch must see the emulator's device
+
     found = runtime.detect_device_type()
     if found != device:
         parser.error(f"--device {device}: torch reports {found!r} as this process's device; the benchmarks measure"
