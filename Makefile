@@ -50,7 +50,9 @@ lab: install
 clean:
 	rm -rf $(VENV) _build lightning_logs .pytest_cache notebooks/runs
 
-# Benchmarks (benchmarks/, docs/benchmarks.md): `make bench` (~10 min on 2 cores), `make bench BENCH_ARGS=--quick`.
+# Benchmarks (benchmarks/, docs/benchmarks.md): `make bench` (22 min on 2 shared cores at load 9-16,
+# 12 CPU-minutes), `make bench BENCH_ARGS=--quick`;
+# BENCH_ARGS="--device emulated:npu" runs them on the tests' emulated device (tests/emulator).
 BENCH_ARGS ?=
 bench: install
 	$(PYTHON) -c "import matplotlib" 2>/dev/null || $(PYTHON) -m pip install -e ".[bench]"

@@ -1,4 +1,4 @@
-"""Benchmarks for lightning-anyaccel: plugin overhead, DDP scaling, collectives, time to first step.
+"""Benchmarks for lightning-anyaccel: plugin overhead, strategies side by side, collectives, first step, device calls.
 
 Run them all with ``make bench`` (or ``python -m benchmarks [--quick]`` from the repository root).
 Results go to ``benchmarks/results/latest.json``; :mod:`benchmarks.report` turns that file into

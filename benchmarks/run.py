@@ -1,8 +1,9 @@
 """Run every benchmark on this machine's device and write one results file (then plots + docs page).
 
-    python -m benchmarks                 # defaults (~5-10 min on 2 CPU cores)
-    python -m benchmarks --quick         # smaller sizes, fewer repetitions (~1-2 min)
-    python -m benchmarks --only overhead,collective --no-report
+    python -m benchmarks                 # defaults (22 min on 2 shared CPU cores at load 9-16)
+    python -m benchmarks --quick         # smaller sizes, fewer repetitions (a few minutes)
+    python -m benchmarks --only overhead,strategies --no-report
+    python -m benchmarks --device emulated:npu   # on the tests' emulated device (tests/emulator)
 
 The device is the one :func:`lightning_anyaccel.detect_device_type` reports (CPU when there is no
 accelerator). A results file holds one run on one machine; ratios are only ever formed inside it.
@@ -19,9 +20,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, SCHEMA, load_average, metadata, write_json
+from benchmarks.common import RESULTS_DIR, ROOT, SCHEMA, load_average, metadata, write_json
 
-SECTIONS: tuple[str, ...] = ("overhead", "ddp_scaling", "collective", "first_step")
+SECTIONS: tuple[str, ...] = ("overhead", "strategies", "collective", "first_step", "device_calls")
+#: ``--device emulated:NAME``: the emulated PrivateUse1 device of the tests (``tests/emulator``), loaded
+#: in every process of the run by this folder on ``PYTHONPATH`` and ``$LIGHTNING_ANYACCEL_EMULATE``.
+EMULATOR_AUTOLOAD = ROOT / "tests" / "emulator" / "autoload"
+EMULATE_ENV = "LIGHTNING_ANYACCEL_EMULATE"
 
 
 @dataclass(frozen=True)
@@ -32,33 +37,37 @@ class Settings:
     overhead_reps: int = 20
     overhead_warmup: int = 10
     overhead_measure: int = 150
-    ddp_reps: int = 3
-    ddp_warmup: int = 3
-    ddp_measure: int = 20
-    ddp_scale: float = 1.0
+    strategy_rounds: int = 5
+    strategy_warmup: int = 5
+    strategy_measure: int = 60
+    strategy_scale: float = 1.0
+    knob_rounds: int = 3
+    knob_measure: int = 20
+    knob_scale: float = 1.0
+    knobs: tuple[str, ...] = ()  # () = every option of _strategy_worker.KNOBS
     collective_sizes: tuple[int, ...] = ()  # () = collective.DEFAULT_SIZES
     collective_trials: int = 3
-    first_step_reps: int = 3
+    first_step_reps: int = 2
     first_step_scale: float = 1.0
     first_step_methods: tuple[str, ...] = ("popen", "spawn", "fork")
-    ddp_workloads: tuple[str, ...] = ("compute-bound", "comm-bound")
 
 
-QUICK = Settings(mode="quick", overhead_reps=6, overhead_measure=60, ddp_reps=1, ddp_measure=6, ddp_scale=0.5,
+QUICK = Settings(mode="quick", overhead_reps=6, overhead_measure=60, strategy_rounds=2, strategy_measure=20,
+                 strategy_scale=0.5, knob_rounds=1, knob_measure=5, knob_scale=0.5,
                  collective_sizes=(4096, 262144, 4194304), collective_trials=2, first_step_reps=1)
 #: For the smoke test: every code path, tiny sizes, seconds not minutes.
-TINY = Settings(mode="tiny", overhead_reps=1, overhead_warmup=2, overhead_measure=3, ddp_reps=1, ddp_warmup=1,
-                ddp_measure=2, ddp_scale=0.05, collective_sizes=(4096, 65536), collective_trials=1,
-                first_step_reps=1, first_step_scale=0.1, first_step_methods=("fork",),
-                ddp_workloads=("compute-bound",))
+TINY = Settings(mode="tiny", overhead_reps=1, overhead_warmup=2, overhead_measure=3, strategy_rounds=1,
+                strategy_warmup=1, strategy_measure=3, strategy_scale=0.05, knob_rounds=1, knob_measure=2,
+                knob_scale=0.05, knobs=("static_graph",), collective_sizes=(4096, 65536), collective_trials=1,
+                first_step_reps=1, first_step_scale=0.1, first_step_methods=("fork",))
 
 
 def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the chosen benchmark sections and return the results document (not yet written)."""
     import torch
 
-    from benchmarks import collective, ddp_scaling, first_step, overhead
-    from benchmarks.models import OVERHEAD, WORKLOADS, scaled
+    from benchmarks import collective, device_calls, first_step, overhead, strategies
+    from benchmarks.models import OVERHEAD, scaled
     from lightning_anyaccel import runtime
 
     device_type = runtime.detect_device_type()
@@ -73,12 +82,18 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
         "overhead": lambda: overhead.run(
             device_type, reps=settings.overhead_reps, warmup=settings.overhead_warmup,
             measure=settings.overhead_measure, workload=scaled(OVERHEAD, 0.1) if tiny else OVERHEAD),
-        "ddp_scaling": lambda: ddp_scaling.run(
-            device_type, count, reps=settings.ddp_reps, warmup=settings.ddp_warmup, measure=settings.ddp_measure,
-            scale=settings.ddp_scale, workloads=tuple(WORKLOADS[name] for name in settings.ddp_workloads)),
+        "strategies": lambda: strategies.run(
+            device_type, count, rounds=settings.strategy_rounds, warmup=settings.strategy_warmup,
+            measure=settings.strategy_measure, scale=settings.strategy_scale,
+            profile_measure=min(10, settings.strategy_measure), knob_rounds=settings.knob_rounds,
+            knob_measure=settings.knob_measure, knob_scale=settings.knob_scale,
+            **({"knobs": settings.knobs} if settings.knobs else {})),
         "collective": lambda: collective.run(
             device_type, count, sizes=settings.collective_sizes or collective.DEFAULT_SIZES,
             trials=settings.collective_trials),
+        "device_calls": lambda: device_calls.run(
+            device_type, **({"self_check": True, "warmup": 2, "measure": 3, "workload": scaled(OVERHEAD, 0.1)}
+                            if tiny else {})),
         "first_step": lambda: first_step.run(device_type, count, reps=settings.first_step_reps,
                                              scale=settings.first_step_scale, methods=settings.first_step_methods),
     }
@@ -101,11 +116,16 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions (~1-2 min)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions (a few minutes)")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "latest.json", help="results file to write")
     parser.add_argument("--no-report", action="store_true", help="do not render plots and docs/benchmarks.md")
+    parser.add_argument("--device", default=None,
+                        help="emulated:NAME runs everything on the tests' emulated device NAME (tests/emulator);"
+                             " otherwise the device torch.accelerator reports (give its type to check it)")
     args = parser.parse_args(argv)
+    if args.device:
+        _select_device(parser, args.device, sys.argv[1:] if argv is None else argv)
     sections = tuple(s.strip() for s in args.only.split(",") if s.strip())
     unknown = set(sections) - set(SECTIONS)
     if unknown:
@@ -124,6 +144,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] FAILED sections: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _select_device(parser: argparse.ArgumentParser, device: str, argv: list[str]) -> None:
+    """Load the emulated device in this and every child process (re-running this command), or check the type.
+
+    The emulator must exist before torch picks its accelerator, and in every process the
+    benchmarks start, so ``emulated:NAME`` sets ``$LIGHTNING_ANYACCEL_EMULATE`` and puts
+    ``tests/emulator/autoload`` on ``PYTHONPATH``, then runs the same command again.
+    """
+    import os
+
+    if device.startswith("emulated:"):
+        name = device.split(":", 1)[1]
+        if not EMULATOR_AUTOLOAD.is_dir():
+            parser.error(f"--device {device}: the emulated device is not in this checkout ({EMULATOR_AUTOLOAD}"
+                         " missing); run on CPU or on a real accelerator without --device")
+        paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if os.environ.get(EMULATE_ENV) != name or str(EMULATOR_AUTOLOAD) not in paths:
+            os.environ[EMULATE_ENV] = name
+            os.environ["PYTHONPATH"] = os.pathsep.join([str(EMULATOR_AUTOLOAD), *filter(None, paths)])
+            os.execv(sys.executable, [sys.executable, "-m", "benchmarks", *argv])
+        device = name
+    from lightning_anyaccel import runtime  # after the re-run: torch must see the emulator's device
+
+    found = runtime.detect_device_type()
+    if found != device:
+        parser.error(f"--device {device}: torch reports {found!r} as this process's device; the benchmarks measure"
+                     " the device torch.accelerator reports (leave --device out, or use emulated:NAME)")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ No timing is asserted: only that the code runs, the schema holds and the measure
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +32,7 @@ def _medians(node: Any) -> Iterator[float]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)  # ~1 min of CPU; a loaded CI machine stretches it
 def test_benchmarks_run_tiny(tmp_path: Path) -> None:
     doc = run_all(TINY, SECTIONS, log=lambda _: None)
     errors = {name: doc[name].get("traceback", doc[name]["error"]) for name in SECTIONS if "error" in doc[name]}
@@ -53,9 +54,31 @@ def test_benchmarks_run_tiny(tmp_path: Path) -> None:
         assert ov["classes"]["plugin"].startswith("AnyAccelerator")
         assert "plugin/builtin" in ov["ratios"] and isinstance(ov["goal_met"], bool)
 
-    if "skipped" not in doc["ddp_scaling"]:
-        for result in doc["ddp_scaling"]["workloads"].values():
-            assert result["efficiency"]["of_medians"] > 0
+    st = doc["strategies"]
+    if "skipped" not in st:
+        assert set(st["families"]) == {"ddp", "fsdp", "fsdp2", "deepspeed"}
+        for family, result in st["families"].items():
+            if family == "deepspeed" and "skipped" in result:
+                assert importlib.util.find_spec("deepspeed") is None
+                continue
+            if family == "deepspeed" and meta["device"]["type"] not in ("cpu", "cuda") and result.get("errors"):
+                continue  # DeepSpeed's accelerator layer may not serve this device (e.g. an emulated one)
+            assert not result.get("errors"), (family, result.get("errors"))
+            assert {"plugin", "raw"} <= set(result["steps_per_s"]), family
+            assert "plugin/raw" in result["ratios"] and "plugin/raw vs lightning/raw" in result["goals"]
+            assert result["calls_per_step"]["plugin"] and result["calls_per_step"]["raw"]
+            # Lightning's own strategy ran, or its refusal was recorded (FSDP, DeepSpeed: CUDA only)
+            assert "lightning" in result["steps_per_s"] or "lightning" in result["refused"] or not \
+                meta["device"]["lightning_builtin"], family
+            if st["settings"]["rounds"] >= 2:
+                assert result["spread_vs_steps"]["plugin/raw"]
+        assert set(st["families"]["ddp"]["efficiency"]) >= {"plugin", "raw"}
+        if meta["device"]["lightning_builtin"]:  # Lightning's DDP runs on every device it has an accelerator for
+            assert "plugin/lightning" in st["families"]["ddp"]["ratios"]
+        kn = st["knobs"]["ddp"]
+        measured = {k for k in st["knobs"]["options"] if f"plugin+{k}" in kn["steps_per_s"]}
+        assert measured | {k.removeprefix("plugin+") for k in kn["refused"]} == set(st["knobs"]["options"])
+        assert all(f"plugin+{k}/plugin" in kn["ratios"] for k in measured)
     co = doc["collective"]
     assert co["memcpy"] and all(row["gbps"] > 0 for row in co["memcpy"])
     if "skipped" not in co:
@@ -64,6 +87,11 @@ def test_benchmarks_run_tiny(tmp_path: Path) -> None:
     fs = doc["first_step"]["seconds"]
     for method, phases in fs.items():
         assert set(phases) == {"import", "launch_rendezvous", "first_step", "total"}, method
+
+    dc = doc["device_calls"]  # tiny: the device against CPU (CPU against itself on a CPU run)
+    assert dc["calls_per_step"][meta["device"]["type"]] > 0 and dc["device_module_calls_per_step"] >= 0
+    if meta["device"]["type"] == "cpu":
+        assert dc["differing_in_package"] == [] and dc["device_module_calls_per_step"] == 0
 
     values = list(_medians(doc))
     assert values and all(v > 0 for v in values), values
@@ -77,6 +105,31 @@ def test_benchmarks_run_tiny(tmp_path: Path) -> None:
     written = report.render(results, page=page, images=tmp_path / "img")
     text = page.read_text()
     assert written[0] == page
-    for needle in (meta["date"], meta["versions"]["torch"], meta["machine"]["cpu_model"], "## 1. Plugin overhead"):
+    for needle in (meta["date"], meta["versions"]["torch"], meta["machine"]["cpu_model"], "## 1. Plugin overhead", "## 2. Strategies side by side"):
         assert needle in text
     assert json.loads(results.read_text())["schema"] == SCHEMA
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_emulated_device_adds_no_per_step_device_calls() -> None:
+    """On the tests' emulated device (when the checkout has it), the plugin's step calls no device-module function."""
+    from benchmarks import device_calls, run
+
+    if not run.EMULATOR_AUTOLOAD.is_dir():
+        pytest.skip("no emulated device in this checkout (tests/emulator)")
+    dc = device_calls.run("cpu")  # a CPU run measures the emulated device in a child process
+    assert dc["emulated"]["device"]["type"] == device_calls.EMULATED_NAME
+    assert dc["device_module_functions"] > 0  # the device module was found, so a call would have been counted
+    assert dc["device_module_calls_per_step"] == 0, dc["device_module_calls"]
+    assert dc["differing_in_package"] == [], dc["differing_in_package"]
+
+
+def test_emulated_device_option_names_what_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import run
+
+    if run.EMULATOR_AUTOLOAD.is_dir():
+        pytest.skip("the emulator is in this checkout: `--device emulated:NAME` would run the benchmarks")
+    with pytest.raises(SystemExit):
+        run.main(["--device", "emulated:npu", "--only", "overhead"])
+    assert "tests/emulator" in capsys.readouterr().err
