@@ -107,8 +107,11 @@ def assert_aurora_trained(out: Path, strategy: str, environment: str, *, world_s
         assert report["environment"] == environment, report
         assert report["precision"] == "bf16-mixed", report  # Lightning's name for the script's "bf16"
         assert report["compute_dtype"] == "torch.bfloat16", "the model did not compute in bf16"
-        if strategy == "ddp":
-            assert (report["precision_plugin"], report["precision_device"]) == ("MixedPrecision", "cpu"), report
+        if strategy in ("ddp", "fsdp"):  # DeepSpeed casts the model to bf16 itself (compute_dtype above)
+            plugin = "MixedPrecision" if strategy == "ddp" else "AnyFSDPPrecision"
+            assert (report["precision_plugin"], report["precision_device"]) == (plugin, "cpu"), report
+        else:
+            assert report["precision_plugin"] == "DeepSpeedPrecision", report
         assert report["backend"] == "gloo"
         assert report["global_step"] > 0
         # four well separated blobs: the best checkpoint classifies the held-out set
