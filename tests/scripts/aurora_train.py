@@ -171,8 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     model, data = SimpleClassifier(), SyntheticDataModule()
     trainer.fit(model, datamodule=data)
     # Under FSDP the fitted model stays wrapped (its parameters are shards), and Lightning wraps it
-    # again for `test`, which then can not load the full checkpoint ("size mismatch"; Lightning
-    # issue #20373): test a fresh instance there, which is what loading "best" means anyway.
+    # again for `test`, which then can not load the full checkpoint ("size mismatch"; likely
+    # Lightning issue #20373): test a fresh instance there, which loading "best" fills anyway.
     tested = SimpleClassifier() if args.strategy == "fsdp" else model
     test = trainer.test(tested, datamodule=data, ckpt_path="best", verbose=False)
     record = describe(trainer, model, test, checkpoint)
