@@ -142,3 +142,18 @@ def test_port_refuses_a_method_that_wraps_super() -> None:
         pytest.skip("pytorch_lightning is not installed")
     with pytest.raises(TypeError, match="wraps a function that uses super"):
         _lightning.port(Broken, _lightning.PYTORCH_LIGHTNING)
+
+
+@pytest.mark.parametrize("module", ["_lightning", "policy", "registration", "pytorch_lightning", "lightning_fabric"])
+def test_docstring_examples(module) -> None:
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(f"lightning_anyaccel.{module}")
+    # the ported classes carry the docstrings (and examples) of the classes they were built from: module docstring only
+    finder = doctest.DocTestFinder(recurse=module not in ("pytorch_lightning", "lightning_fabric"))
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for test in finder.find(mod):
+        runner.run(test)
+    assert runner.failures == 0
+    assert runner.tries > 0

@@ -101,7 +101,10 @@ def choose(view: _lightning.ConnectorView) -> str:
 
 
 def translate(view: _lightning.ConnectorView) -> None:
-    """Replace a Lightning strategy name by the package's equivalent (:data:`EQUIVALENTS`)."""
+    """Replace a Lightning strategy name by the package's equivalent (:data:`EQUIVALENTS`); refuse instances early.
+
+    Runs before Lightning's own fallbacks, which refuse FSDP for every accelerator but CUDA.
+    """
     flag = view.strategy_flag
     if isinstance(flag, str) and flag in EQUIVALENTS:
         view.strategy_flag = EQUIVALENTS[flag]
@@ -109,6 +112,8 @@ def translate(view: _lightning.ConnectorView) -> None:
             "lightning-anyaccel: strategy=%r with %r uses the package's %r (the same strategy on the"
             " accelerator's device type).", flag, view.accelerator, view.strategy_flag,
         )
+    elif not isinstance(flag, str):
+        _refuse_foreign(flag, view.accelerator)
 
 
 def check(view: _lightning.ConnectorView) -> None:
@@ -119,10 +124,19 @@ def check(view: _lightning.ConnectorView) -> None:
     """
     from lightning_anyaccel.strategies.common import AnyStrategyMixin
 
-    strategy = view.strategy
+    if isinstance(view.strategy, AnyStrategyMixin):
+        return
+    _refuse_foreign(view.strategy, view.accelerator)
+    view.precision = align_precision_plugin(view.precision, view.accelerator.device_type)
+
+
+def _refuse_foreign(strategy: Any, accelerator: Any) -> None:
+    """Refuse a strategy that is not the package's where it would not train on the accelerator's device."""
+    from lightning_anyaccel.strategies.common import AnyStrategyMixin
+
     if isinstance(strategy, AnyStrategyMixin):
         return
-    device_type = view.accelerator.device_type
+    device_type = accelerator.device_type
     spec = get_spec(device_type)
     name = type(strategy).__name__
     suggestion = next(
@@ -136,10 +150,9 @@ def check(view: _lightning.ConnectorView) -> None:
     root = getattr(strategy, "_root_device", None)  # set on single-device strategies only
     if root is not None and root.type != device_type:
         raise StrategyNotSupportedError(
-            f"{name} runs on {root}, but the accelerator is {view.accelerator!r}: the model would train on"
+            f"{name} runs on {root}, but the accelerator is {accelerator!r}: the model would train on"
             f" {root.type}. Pass strategy={suggestion!r}, or no strategy."
         )
-    view.precision = align_precision_plugin(view.precision, device_type)
 
 
 def check_arguments(front_end: _lightning.FrontEnd, arguments: tuple[Any, ...]) -> None:

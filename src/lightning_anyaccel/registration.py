@@ -71,40 +71,41 @@ def fabric_classes() -> list[type]:
             AnyMultiProcessingLauncher, AnyFabricFSDPPrecision]
 
 
+#: Per side: (module and name of the accelerator registry, of the strategy registry, the connector, the classes).
+_SIDES: dict[str, tuple[str, str, str, str, str, Callable[[], list[type]]]] = {
+    "trainer": ("lightning.pytorch.accelerators", "AcceleratorRegistry", "lightning.pytorch.strategies",
+                "StrategyRegistry", _lightning.TRAINER_CONNECTOR, trainer_classes),
+    "fabric": ("lightning.fabric.accelerators", "ACCELERATOR_REGISTRY", "lightning.fabric.strategies",
+               "STRATEGY_REGISTRY", _lightning.FABRIC_CONNECTOR, fabric_classes),
+}
+
+
 def register_trainer(front_end: FrontEnd) -> None:
     """Register the accelerator and strategy names and the policy with ``front_end``'s Trainer (once)."""
-    if (front_end.package, "trainer") in _REGISTERED:
-        return
-    _REGISTERED.append((front_end.package, "trainer"))
-    from lightning_anyaccel.policy import POLICY
-
-    accelerators = front_end.module("lightning.pytorch.accelerators").AcceleratorRegistry
-    strategies = front_end.module("lightning.pytorch.strategies").StrategyRegistry
-    for cls in trainer_classes():
-        ported = _lightning.port(cls, front_end)
-        if hasattr(ported, "register_accelerators"):
-            ported.register_accelerators(accelerators)
-        elif hasattr(ported, "register_strategies"):
-            ported.register_strategies(strategies)
-    _lightning.install_connector_hooks(front_end, _lightning.TRAINER_CONNECTOR, POLICY)
+    _register(front_end, "trainer")
 
 
 def register_fabric(front_end: FrontEnd) -> None:
     """Register the accelerator and strategy names and the policy with ``front_end``'s Fabric (once)."""
-    if (front_end.package, "fabric") in _REGISTERED:
+    _register(front_end, "fabric")
+
+
+def _register(front_end: FrontEnd, side: str) -> None:
+    if (front_end.package, side) in _REGISTERED:
         return
-    _REGISTERED.append((front_end.package, "fabric"))
+    _REGISTERED.append((front_end.package, side))
     from lightning_anyaccel.accelerator import AnyAccelerator
     from lightning_anyaccel.policy import POLICY
 
-    accelerators = front_end.module("lightning.fabric.accelerators").ACCELERATOR_REGISTRY
-    strategies = front_end.module("lightning.fabric.strategies").STRATEGY_REGISTRY
+    accelerator_module, accelerator_registry, strategy_module, strategy_registry, connector, classes = _SIDES[side]
+    accelerators = getattr(front_end.module(accelerator_module), accelerator_registry)
+    strategies = getattr(front_end.module(strategy_module), strategy_registry)
     _lightning.port(AnyAccelerator, front_end).register_accelerators(accelerators)
-    for cls in fabric_classes():
+    for cls in classes():
         ported = _lightning.port(cls, front_end)
         if hasattr(ported, "register_strategies"):
             ported.register_strategies(strategies)
-    _lightning.install_connector_hooks(front_end, _lightning.FABRIC_CONNECTOR, POLICY)
+    _lightning.install_connector_hooks(front_end, connector, POLICY)
 
 
 def registered_front_ends() -> list[tuple[str, str]]:

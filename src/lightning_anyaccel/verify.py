@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import logging
@@ -119,17 +120,21 @@ def describe(device_type: str) -> dict[str, Any]:
     }
 
 
-def check_fit(device_type: str) -> str:
-    """A 4-step fit on one device; returns where the parameters ended up and the last loss."""
-    from lightning import Trainer
+def check_fit(device_type: str, front_end: str = "lightning") -> str:
+    """A 4-step fit on one device with ``front_end``'s Trainer (``"lightning"`` or ``"pytorch_lightning"``).
 
-    from lightning_anyaccel import AnyAccelerator
+    Returns where the parameters ended up and the first and last loss.
+    """
+    from lightning_anyaccel import _lightning
+    from lightning_anyaccel.accelerator import AnyAccelerator
     from lightning_anyaccel.demo import DemoModel, demo_loader
 
-    model = DemoModel()
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    package = {f.package: f for f in _lightning.FRONT_ENDS}[front_end]
+    Trainer = package.module("lightning.pytorch").Trainer
+    model = _lightning.port(DemoModel, package)()
+    logging.getLogger(package.trainer).setLevel(logging.WARNING)
     trainer = Trainer(
-        accelerator=AnyAccelerator(device_type),
+        accelerator=_lightning.port(AnyAccelerator, package)(device_type),
         strategy="any_single",
         devices=1,
         max_steps=4,
@@ -245,13 +250,17 @@ CHECKS: list[tuple[str, Callable[[str], str]]] = [
 ]
 
 
-def run(device_type: str | None = None) -> Report:
-    """Describe the environment and run every check on ``device_type`` (default: detected)."""
+def run(device_type: str | None = None, front_end: str = "lightning") -> Report:
+    """Describe the environment and run every check on ``device_type`` (default: detected).
+
+    ``front_end`` is the Lightning package the fit runs with: ``"lightning"`` or ``"pytorch_lightning"``.
+    """
     device_type = device_type or runtime.detect_device_type()
-    report = Report(environment=describe(device_type))
+    report = Report(environment={**describe(device_type), "front end": front_end})
     for name, check in CHECKS:
         try:
-            report.checks.append(Check(name, "PASS", check(device_type)))
+            result = check_fit(device_type, front_end) if check is check_fit else check(device_type)
+            report.checks.append(Check(name, "PASS", result))
         except _Skip as skip:
             report.checks.append(Check(name, "SKIP", str(skip)))
         except Exception as err:
@@ -266,9 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lightning_anyaccel.verify", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default=None, help="device type to check (default: what PyTorch reports)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--frontend", default=None, choices=["lightning", "pytorch_lightning"],
+                        help="the Lightning package to train with (default: lightning, else pytorch_lightning)")
     args = parser.parse_args(argv)
+    front_end = args.frontend or ("lightning" if importlib.util.find_spec("lightning") else "pytorch_lightning")
     try:
-        report = run(args.device)
+        report = run(args.device, front_end)
     except Exception as err:  # e.g. an unknown device type: still a readable report
         print(f"VERIFICATION FAILED: {type(err).__name__}: {err}", file=sys.stderr)
         return 2
