@@ -321,6 +321,8 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
                      "AnyDeepSpeedMixin._setup_deepspeed_distributed"),
     PrivateAttribute("lightning.pytorch.strategies.DeepSpeedStrategy", "_setup_model_and_optimizer",
                      "strategies.AnyDeepSpeedStrategy._setup_model_and_optimizer"),
+    PrivateAttribute("lightning.pytorch.strategies.DeepSpeedStrategy", "_initialize_deepspeed_inference",
+                     "strategies.AnyDeepSpeedStrategy._initialize_deepspeed_inference"),
     PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_initialize_engine",
                      "fabric.AnyDeepSpeedStrategy._initialize_engine"),
     PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_config_initialized",

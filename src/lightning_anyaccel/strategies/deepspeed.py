@@ -9,7 +9,8 @@ Lightning's ``DeepSpeedStrategy`` runs only with its ``CUDAAccelerator``; this s
 - validates device indices only for devices that have them (CPU devices have none, and
   Lightning's check would fail);
 - gives DeepSpeed a device rank on every device (Lightning passes ``root_device.index``, which is
-  ``None`` on CPU and makes DeepSpeed fail with a ``TypeError``): the index, else the local rank;
+  ``None`` on CPU and makes DeepSpeed fail with a ``TypeError``): the index, else the local rank,
+  for the training engine and for the inference engine of ``validate``/``test``/``predict``;
 - takes the collective backend from the device table, like every strategy of the package.
 
 DeepSpeed is an optional extra: ``pip install lightning-anyaccel[deepspeed]``. On CPU without
@@ -32,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from lightning.pytorch.strategies import DeepSpeedStrategy
+from lightning.pytorch.strategies.deepspeed import remove_module_hooks
 from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
@@ -69,6 +71,22 @@ class AnyDeepSpeedStrategy(AnyDeepSpeedMixin, DeepSpeedStrategy):
         """``deepspeed.initialize`` with :attr:`device_rank` (Lightning passes ``None`` on CPU)."""
         engine, deepspeed_optimizer, _, _ = self._deepspeed_initialize(model, optimizer, lr_scheduler)
         return engine, deepspeed_optimizer
+
+    @override
+    def _initialize_deepspeed_inference(self, model: Module) -> None:
+        """The engine for ``validate``/``test``/``predict`` outside ``fit``, with :attr:`device_rank`.
+
+        Lightning's builds the same inference config but passes ``root_device.index`` (``None`` on
+        CPU, and DeepSpeed fails with a ``TypeError``), like its training engine.
+        """
+        assert isinstance(self.config, dict)
+        inference_config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 1}  # DeepSpeed's throughput timers
+        inference_config.update({key: self.config[key] for key in ("fp16", "bf16") if key in self.config})
+        if self.zero_stage_3:
+            inference_config["zero_allow_untested_optimizer"] = self.config["zero_allow_untested_optimizer"]
+            inference_config["zero_optimization"] = self.config["zero_optimization"]
+        remove_module_hooks(model)  # the hooks of a previous engine
+        self.model = self._deepspeed_initialize(model, None, config=inference_config, model_parameters=[])[0]
 
     @override
     def barrier(self, *args: Any, **kwargs: Any) -> None:

@@ -381,15 +381,24 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         index = self.root_device.index
         return index if index is not None else self.local_rank
 
-    def _deepspeed_initialize(self, model: torch.nn.Module, optimizer: Any, lr_scheduler: Any = None) -> tuple:
-        """``deepspeed.initialize`` with :attr:`device_rank`: (engine, optimizer, dataloader, scheduler)."""
+    def _deepspeed_initialize(
+        self, model: torch.nn.Module, optimizer: Any, lr_scheduler: Any = None, *,
+        config: dict[str, Any] | None = None, model_parameters: Any = None,
+    ) -> tuple:
+        """``deepspeed.initialize`` with :attr:`device_rank`: (engine, optimizer, dataloader, scheduler).
+
+        ``config`` defaults to the strategy's, ``model_parameters`` to the trainable parameters
+        (the Trainer's inference engine passes its own config and none).
+        """
         import deepspeed
 
         return deepspeed.initialize(
             args=argparse.Namespace(device_rank=self.device_rank),
-            config=self.config,
+            config=self.config if config is None else config,
             model=model,
-            model_parameters=filter(lambda p: p.requires_grad, model.parameters()),
+            model_parameters=(
+                filter(lambda p: p.requires_grad, model.parameters()) if model_parameters is None else model_parameters
+            ),
             optimizer=optimizer,
             lr_scheduler=lr_scheduler,
             dist_init_required=False,

@@ -1,0 +1,29 @@
+"""lightning-habana -> lightning-anyaccel: the same Trainers on Intel Gaudi (``hpu``).
+
+Executed by ``tests/test_migration.py`` on a simulated Gaudi (Trainers are built, not fitted).
+"""
+
+import lightning_anyaccel  # noqa: F401  (registers "hpu", "any_ddp", ...; maps "ddp", "fsdp", ...)
+from lightning import Trainer
+from lightning_anyaccel import (
+    AnyAccelerator,
+    AnyDDPStrategy,
+    AnyDeepSpeedStrategy,
+    AnyFSDPStrategy,
+    AnySingleDeviceStrategy,
+)
+
+# The README's forms are unchanged: one device -> any_single, several -> any_ddp (HCCL).
+one = Trainer(accelerator="hpu", devices=1)
+eight = Trainer(accelerator="hpu", devices=8)
+
+# The classes, where a script names them
+single = Trainer(accelerator=AnyAccelerator("hpu"), strategy=AnySingleDeviceStrategy(), devices=1)
+parallel = Trainer(accelerator=AnyAccelerator("hpu"), strategy=AnyDDPStrategy(), devices=8, num_nodes=2)
+
+# Sharded training: DeepSpeed ZeRO and FSDP, bf16 autocast on hpu
+deepspeed = Trainer(accelerator="hpu", strategy=AnyDeepSpeedStrategy(stage=2), devices=8, precision="bf16-mixed")
+fsdp = Trainer(accelerator="hpu", strategy=AnyFSDPStrategy(), devices=8, precision="bf16-mixed")
+
+# Mixed precision is a precision name: no plugin to build
+bf16 = Trainer(accelerator="hpu", devices=1, precision="bf16-mixed")

@@ -1,0 +1,15 @@
+"""lightning-teco -> lightning-anyaccel: the same Trainers on Teco SDAA (``sdaa``, torch_sdaa).
+
+Executed by ``tests/test_migration.py`` on a simulated SDAA (Trainers are built, not fitted).
+"""
+
+import lightning_anyaccel  # noqa: F401  (registers "sdaa", "any_ddp", ...)
+from lightning import Trainer
+from lightning_anyaccel import AnyAccelerator, AnyDDPStrategy
+
+# Run on one SDAA.
+one = Trainer(accelerator=AnyAccelerator("sdaa"), devices=1)
+# Run on multiple SDAAs.
+several = Trainer(accelerator=AnyAccelerator("sdaa"), devices=8)
+# The strategy class, where a script names it
+ddp = Trainer(accelerator=AnyAccelerator("sdaa"), strategy=AnyDDPStrategy(), devices=8, precision="bf16-mixed")

@@ -1,0 +1,164 @@
+"""The migration guide's "after" code runs: every file under ``docs/migration/`` that the page includes.
+
+``docs/migration.md`` shows each mapping as a diff and includes the file its "after" side comes
+from. Here:
+
+- every "after" line of every diff is a line of the file included below it (so the diff can not
+  drift from the code that is run);
+- the Gaudi (``hpu``), XPU and SDAA files are executed on a simulated device of that type
+  (``tests/fakes.py``): their Trainers are built and checked (strategy class and front end,
+  devices, collective backend, precision device), not fitted: there is no such hardware here;
+- the file for Lightning's built-in accelerators trains for real, two processes on CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import runpy
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from conftest import ROOT, run_python
+from fakes import install_fake_device
+
+PAGE = ROOT / "docs" / "migration.md"
+SNIPPETS = ROOT / "docs" / "migration"
+needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
+                                     reason="deepspeed is not installed (pip install lightning-anyaccel[deepspeed])")
+
+
+def diffs_and_includes() -> list[tuple[list[str], Path]]:
+    """``(after lines, included file)`` for every diff of the page, paired with the next include."""
+    text = PAGE.read_text()
+    blocks = re.finditer(r"```diff\n(.*?)```|```\{literalinclude\} (\S+)", text, flags=re.S)
+    pairs: list[tuple[list[str], Path]] = []
+    pending: list[list[str]] = []
+    for block in blocks:
+        if block.group(1) is not None:
+            lines = block.group(1).splitlines()
+            pending.append([line[1:].strip() for line in lines if line[:1] in "+ " and line[1:].strip()])
+        else:
+            path = (PAGE.parent / block.group(2)).resolve()
+            pairs += [(after, path) for after in pending]
+            pending = []
+    assert not pending, "a diff at the end of the page is not followed by the file it comes from"
+    return pairs
+
+
+def test_every_diff_is_followed_by_the_file_its_after_side_comes_from() -> None:
+    pairs = diffs_and_includes()
+    assert len(pairs) >= 7
+    for after, path in pairs:
+        assert path.exists(), path
+        lines = {line.strip() for line in path.read_text().splitlines()}
+        missing = [line for line in after if line not in lines]
+        assert not missing, f"after-lines of a diff not in {path.relative_to(ROOT)}: {missing}"
+    included = {path for _, path in pairs}
+    assert {p.resolve() for p in SNIPPETS.glob("*.py")} <= included, "a file of docs/migration/ is not on the page"
+
+
+def _describe(trainer: Any) -> dict[str, Any]:
+    strategy = trainer.strategy
+    devices = getattr(strategy, "parallel_devices", None) or [strategy.root_device]
+    backend = getattr(strategy, "_get_process_group_backend", None)
+    return {
+        "strategy": type(strategy).__name__,
+        "module": type(strategy).__module__,
+        "devices": [str(d) for d in devices],
+        "num_nodes": trainer.num_nodes,
+        "backend": backend() if backend is not None and len(devices) > 1 else None,
+        "precision": type(strategy.precision_plugin).__name__,
+        "precision_device": getattr(strategy.precision_plugin, "device", None),
+    }
+
+
+@pytest.fixture
+def fresh_deepspeed_choice(monkeypatch) -> None:
+    """No DS_ACCELERATOR from an earlier test: DeepSpeed strategies set it (for their workers) when built."""
+    monkeypatch.setenv("DS_ACCELERATOR", "")  # records the original state, restored after the test
+    monkeypatch.delenv("DS_ACCELERATOR")
+
+
+def _trainers(namespace: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: _describe(value) for name, value in namespace.items() if type(value).__name__ == "Trainer"}
+
+
+@needs_deepspeed
+def test_habana_after_on_a_simulated_gaudi(monkeypatch, fresh_deepspeed_choice) -> None:
+    install_fake_device(monkeypatch, "hpu", count=8, backend="hccl")
+    got = _trainers(runpy.run_path(str(SNIPPETS / "habana_after.py")))
+    assert set(got) == {"one", "eight", "single", "parallel", "deepspeed", "fsdp", "bf16"}
+    hpus = [f"hpu:{i}" for i in range(8)]
+    for name in ("one", "single", "bf16"):
+        assert (got[name]["strategy"], got[name]["devices"]) == ("AnySingleDeviceStrategy", ["hpu:0"]), got[name]
+    for name, strategy in (("eight", "AnyDDPStrategy"), ("parallel", "AnyDDPStrategy"),
+                           ("deepspeed", "AnyDeepSpeedStrategy"), ("fsdp", "AnyFSDPStrategy")):
+        assert (got[name]["strategy"], got[name]["devices"]) == (strategy, hpus), got[name]
+        assert got[name]["module"].startswith("lightning_anyaccel.strategies")
+    assert got["eight"]["backend"] == got["parallel"]["backend"] == "hccl"
+    assert got["parallel"]["num_nodes"] == 2
+    assert (got["bf16"]["precision"], got["bf16"]["precision_device"]) == ("MixedPrecision", "hpu")
+    assert got["fsdp"]["precision_device"] == "hpu"
+    assert got["deepspeed"]["precision"] == "DeepSpeedPrecision"
+
+
+@needs_deepspeed
+def test_aurora_after_on_a_simulated_xpu(monkeypatch, fresh_deepspeed_choice) -> None:
+    install_fake_device(monkeypatch, "xpu", count=12, backend="xccl")
+    got = _trainers(runpy.run_path(str(SNIPPETS / "aurora_after.py")))
+    assert set(got) == {"ddp", "deepspeed", "offload"}
+    for name, strategy in (("ddp", "AnyDDPStrategy"), ("deepspeed", "AnyDeepSpeedStrategy"),
+                           ("offload", "AnyDeepSpeedStrategy")):
+        report = got[name]
+        assert (report["strategy"], report["module"]) == (strategy, "lightning_anyaccel.pytorch_lightning"), report
+        assert report["devices"] == [f"xpu:{i}" for i in range(12)] and report["num_nodes"] == 2
+        assert report["backend"] == "xccl"
+    assert (got["ddp"]["precision"], got["ddp"]["precision_device"]) == ("MixedPrecision", "xpu")
+
+
+TECO = textwrap.dedent(
+    """
+    import json, runpy, sys, torch
+    sys.path.insert(0, {tests!r})
+    torch.utils.rename_privateuse1_backend("sdaa")  # what torch_sdaa does, once per process
+    import pytest
+    from fakes import install_fake_device
+    from test_migration import _trainers
+
+    install_fake_device(pytest.MonkeyPatch(), "sdaa", count=8)
+    torch.distributed.Backend.register_backend("tccl", lambda *a, **k: None, devices=["sdaa"])
+    print("RESULT" + json.dumps(_trainers(runpy.run_path({snippet!r}))))
+    """
+)
+
+
+def test_teco_after_on_a_simulated_sdaa() -> None:
+    """SDAA is a PrivateUse1 device: renaming the backend is once per process, so a child runs it."""
+    script = TECO.format(tests=str(ROOT / "tests"), snippet=str(SNIPPETS / "teco_after.py"))
+    proc = run_python(["-c", script], timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    got = json.loads(proc.stdout.split("RESULT", 1)[1])
+    sdaas = [f"sdaa:{i}" for i in range(8)]
+    assert (got["one"]["strategy"], got["one"]["devices"]) == ("AnySingleDeviceStrategy", ["sdaa:0"])
+    for name in ("several", "ddp"):
+        assert (got[name]["strategy"], got[name]["devices"], got[name]["backend"]) == ("AnyDDPStrategy", sdaas, "tccl")
+    assert (got["ddp"]["precision"], got["ddp"]["precision_device"]) == ("MixedPrecision", "sdaa")
+
+
+@pytest.mark.slow
+def test_builtin_after_trains_with_two_processes(tmp_path: Path) -> None:
+    """``accelerator="gpu"`` -> ``"any"``: the file trains for real (CPU here), ``"ddp"`` -> the package's DDP."""
+    proc = run_python([str(SNIPPETS / "builtin_after.py")], timeout=280, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    lines = re.findall(r"rank (\d): (\w+) on (\S+), loss ([\d.]+) -> ([\d.]+)", proc.stdout)
+    assert sorted(line[0] for line in lines) == ["0", "1"], proc.stdout[-3000:]
+    for _, strategy, device, first, last in lines:
+        assert (strategy, device) == ("AnyDDPStrategy", "cpu")
+        assert float(last) < float(first)
+    assert torch.device(lines[0][2]).type == "cpu"
