@@ -34,6 +34,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 from typing_extensions import override
 
+from lightning_anyaccel import supervision
+from lightning_anyaccel.checkpoint import FabricAtomicSaveMixin
 from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
 from lightning_anyaccel.strategies.common import AnyDistributedMixin, LazyDeviceMixin, SafeLaunchMixin
 from lightning_anyaccel.strategies.sharding import (
@@ -76,6 +78,7 @@ class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
 
     @override
     def setup_environment(self) -> None:
+        supervision.supervise_worker(self.global_rank)  # [faults] a worker dies with its launching process
         self._check_accelerator()
         self._align_precision()
         super().setup_environment()
@@ -89,7 +92,7 @@ class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
 
 
 
-class AnyFSDPStrategy(AnyFSDPMixin, FSDPStrategy):
+class AnyFSDPStrategy(FabricAtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):  # [faults]
     """Fabric's ``FSDPStrategy`` (FSDP1) on the accelerator's device type.
 
     Takes every argument of Fabric's ``FSDPStrategy`` (``sharding_strategy``, ``state_dict_type``
@@ -175,7 +178,7 @@ def fully_shard_data_parallel(module: Module, device_mesh: Any) -> Module:
     return fully_shard(module, mesh=device_mesh["data_parallel"])
 
 
-class AnyModelParallelStrategy(AnyModelParallelMixin, ModelParallelStrategy):
+class AnyModelParallelStrategy(FabricAtomicSaveMixin, AnyModelParallelMixin, ModelParallelStrategy):  # [faults]
     """Fabric's ``ModelParallelStrategy`` (FSDP2 + tensor parallel) on the accelerator's device type.
 
     Args:
@@ -211,7 +214,7 @@ class AnyModelParallelStrategy(AnyModelParallelMixin, ModelParallelStrategy):
         self._setup_model_parallel_environment(super().setup_environment)
 
 
-class AnyDeepSpeedStrategy(AnyDeepSpeedMixin, DeepSpeedStrategy):
+class AnyDeepSpeedStrategy(FabricAtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy):  # [faults]
     """Fabric's ``DeepSpeedStrategy`` (ZeRO 1/2/3, offload) on the device types DeepSpeed knows.
 
     Takes every argument of Fabric's ``DeepSpeedStrategy``. Registered as ``any_deepspeed``,

@@ -30,7 +30,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
-from lightning_anyaccel import rendezvous
+from lightning_anyaccel import rendezvous, supervision
 from lightning_anyaccel.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.devices import get_spec
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
@@ -223,6 +223,7 @@ class AnyDistributedMixin(AnyStrategyMixin):
             )
 
     def _validate_device_setup(self) -> None:
+        supervision.supervise_worker(self.global_rank)  # [faults] a worker dies with its launching process
         super()._validate_device_setup()
         self._check_start_method()
         if self._start_method in ("fork", "forkserver"):
@@ -236,6 +237,8 @@ class AnyDistributedMixin(AnyStrategyMixin):
             super()._configure_launcher()  # type: ignore[misc]
         else:
             self._launcher = self._launcher_class(self, start_method=self._start_method)
+        if not self.cluster_environment.creates_processes_externally:  # [faults] this process starts the workers
+            supervision.prepare_launch()
         if self.parallel_devices:
             self._validate_device_setup()
 

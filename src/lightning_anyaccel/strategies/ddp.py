@@ -29,14 +29,14 @@ from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcess
 from torch.nn import Module
 from typing_extensions import override
 
-from lightning_anyaccel import rendezvous
+from lightning_anyaccel import rendezvous, supervision
 from lightning_anyaccel.environments import AnyMPIEnvironment
 from lightning_anyaccel.strategies.common import START_METHODS, AnyDistributedMixin, SafeLaunchMixin
 
 log = logging.getLogger(__name__)
 
 #: Set by a launching process for the workers it starts, so they can exit when it dies.
-LAUNCHER_PID_ENV = "LIGHTNING_ANYACCEL_LAUNCHER_PID"
+LAUNCHER_PID_ENV = supervision.LAUNCHER_PID_ENV
 
 
 class AnyMultiProcessingLauncher(SafeLaunchMixin, _MultiProcessingLauncher):
@@ -58,8 +58,6 @@ class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
     @override
     def _configure_launcher(self) -> None:
         self._adopt_launcher_environment()
-        if self._start_method == "popen" and not self.cluster_environment.creates_processes_externally:
-            os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
         super()._configure_launcher()
 
     def _adopt_launcher_environment(self) -> None:
@@ -87,9 +85,7 @@ class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
     def setup_environment(self) -> None:
         self._check_accelerator()
         self._align_precision()
-        launcher_pid = os.environ.get(LAUNCHER_PID_ENV)
-        if launcher_pid and int(launcher_pid) != os.getpid():
-            rendezvous.watch_parent(int(launcher_pid), rank=self.global_rank)
+        supervision.supervise_worker(self.global_rank)  # [faults] a worker dies with its launching process
         super().setup_environment()
 
     @override

@@ -35,11 +35,12 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
+from lightning_anyaccel.checkpoint import AtomicSaveMixin
 from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
 from lightning_anyaccel.strategies.sharding import AnyFSDPMixin
 
 
-class AnyFSDPStrategy(AnyFSDPMixin, FSDPStrategy):
+class AnyFSDPStrategy(AtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):  # [faults] AtomicSaveMixin first
     """Fully Sharded Data Parallel (``torch.distributed.fsdp``) on the accelerator's device type.
 
     Takes every argument of Lightning's ``FSDPStrategy`` (``sharding_strategy``, ``state_dict_type``
