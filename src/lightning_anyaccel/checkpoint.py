@@ -82,9 +82,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 commit(tmp, target)
             else:
                 os.replace(tmp, target)
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:
+            cause = _os_error(exc)
+            if cause is None:
+                raise
             raise CheckpointSaveError(
-                f"Could not write the checkpoint {target}: {exc.strerror or exc}. The previous checkpoint at that"
+                f"Could not write the checkpoint {target}: {cause.strerror or cause}. The previous checkpoint at that"
                 " path, if any, is unchanged. Free disk space or fix the path, then save again."
             ) from exc
         finally:
@@ -105,6 +108,17 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def _write(self, checkpoint: dict[str, Any], file: BinaryIO) -> None:
         """Serialise ``checkpoint`` into the open temporary file (a hook for other formats)."""
         torch.save(checkpoint, file)
+
+
+def _os_error(exc: BaseException | None) -> OSError | None:
+    """The ``OSError`` behind ``exc`` (torch's writer turns a full disk into a ``RuntimeError``)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -130,14 +130,16 @@ def _reap_forever() -> None:
 
 
 def _is_worker(pid: int) -> bool:
-    """Whether child ``pid`` is one of this process's workers: marked by :func:`prepare_launch`
-    (``popen``/``spawn`` workers carry the variable) or a ``multiprocessing`` child (``fork``)."""
+    """Whether child ``pid`` is one of this process's workers: a ``popen`` worker (it carries the
+    variable :func:`prepare_launch` set and a ``LOCAL_RANK`` above 0) or a ``multiprocessing`` child."""
     marker = f"{LAUNCHER_PID_ENV}={os.getpid()}".encode()
     try:
-        if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-            return True
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
-        pass
+        environ = []
+    local_rank = next((item for item in environ if item.startswith(b"LOCAL_RANK=")), b"LOCAL_RANK=0")
+    if marker in environ and local_rank != b"LOCAL_RANK=0":  # a popen worker (not a helper like a resource tracker)
+        return True
     import multiprocessing.process
 
     return any(child.pid == pid for child in list(multiprocessing.process._children))  # type: ignore[attr-defined]

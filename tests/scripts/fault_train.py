@@ -46,12 +46,18 @@ def rank_of_process() -> int:
     return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
 
 
+def mark_fault(args: argparse.Namespace, rank: int, what: str) -> None:
+    """Say what is injected (log) and when (``<out>/fault.<rank>``: the time the tests measure from)."""
+    (Path(args.out) / f"fault.{rank}").write_text(str(time.time()))
+    sys.stderr.write(f"[fault_train] rank {rank}: {what}\n")
+    sys.stderr.flush()
+
+
 def inject(args: argparse.Namespace, rank: int, step: int) -> None:
     """Apply ``--fault`` if this is the rank and the step."""
     if rank != args.fault_rank or step != args.fault_step:
         return
-    sys.stderr.write(f"[fault_train] rank {rank}: injecting {args.fault} at step {step}\n")
-    sys.stderr.flush()
+    mark_fault(args, rank, f"injecting {args.fault} at step {step}")
     if args.fault == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif args.fault == "stop":
@@ -83,9 +89,10 @@ class FaultCallback(Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, *_: Any) -> None:
         self.record.losses[trainer.global_step - 1] = float(outputs["loss"])
+        self.record.write(trainer.global_rank, global_step=trainer.global_step, finished=False)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: Any) -> None:
-        self.record.write(trainer.global_rank, global_step=trainer.global_step)
+        self.record.write(trainer.global_rank, global_step=trainer.global_step, finished=True)
 
 
 class FSDP2Model(DemoModel):
@@ -230,7 +237,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.fault == "absent" and "LOCAL_RANK" in os.environ and rank_of_process() == args.fault_rank:
-        sys.stderr.write(f"[fault_train] rank {args.fault_rank}: stopping before the rendezvous\n")
+        mark_fault(args, args.fault_rank, "stopping before the rendezvous")
         os.kill(os.getpid(), signal.SIGSTOP)
     if args.hang_save_at is not None:
         hang_during_saves(args, out)

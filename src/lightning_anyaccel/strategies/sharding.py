@@ -23,6 +23,7 @@ from lightning.fabric.strategies.fsdp import _move_torchmetrics_to_device, _setu
 from lightning.fabric.utilities.seed import reset_seed
 from typing_extensions import override
 
+from lightning_anyaccel import rendezvous
 from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, get_spec
 from lightning_anyaccel.precision import align_precision_plugin
 from lightning_anyaccel.strategies.common import AnyDistributedMixin
@@ -363,6 +364,7 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         reset_seed()
         set_world_ranks()
         self._init_deepspeed_distributed()  # type: ignore[attr-defined]
+        rendezvous.bound_deepspeed_groups(self._timeout)  # [faults] DeepSpeed's own groups honour timeout
         self._destroy_at_exit()
 
     @property
