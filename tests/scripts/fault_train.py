@@ -24,14 +24,6 @@ from typing import Any
 
 import torch
 
-if os.environ.get("ANYACCEL_DS_NO_SHM", "1") == "1":  # gloo instead of compiling DeepSpeed's CPU-only shm op
-    try:
-        import deepspeed.ops
-
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    except ImportError:
-        pass
-
 import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
@@ -108,6 +100,13 @@ class FSDP2Model(DemoModel):
         fully_shard(self.net, mesh=mesh)
 
 
+def without_deepspeed_shm() -> None:
+    """gloo instead of compiling DeepSpeed's CPU-only shared-memory op (about a minute); imported only when used."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 def trainer_strategy(args: argparse.Namespace) -> Any:
     from lightning_anyaccel import AnyDDPStrategy
     from lightning_anyaccel.strategies import AnyDeepSpeedStrategy, AnyFSDPStrategy, AnyModelParallelStrategy
@@ -122,6 +121,7 @@ def trainer_strategy(args: argparse.Namespace) -> Any:
     if args.strategy == "fsdp2":
         return AnyModelParallelStrategy(tensor_parallel_size=1, timeout=timeout)
     if args.strategy == "deepspeed":
+        without_deepspeed_shm()
         return AnyDeepSpeedStrategy(stage=2, timeout=timeout)
     raise ValueError(args.strategy)
 
