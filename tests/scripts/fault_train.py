@@ -215,6 +215,29 @@ def hang_during_saves(args: argparse.Namespace, out: Path) -> None:
     anyaccel_checkpoint.commit = commit
 
 
+def start_together(out: Path, wait_s: float = 600) -> None:
+    """Let every rank enter the rendezvous at the same moment (test machinery, ``--start-together``).
+
+    On a loaded machine a re-started rank can take longer to import torch and Lightning than the
+    short timeouts of these tests; the rendezvous would then fail before the fault under test. Each
+    rank announces itself in ``init_process_group`` and waits (bounded) for the others first.
+    """
+    import torch.distributed
+
+    original = torch.distributed.init_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        rank, world_size = kwargs.get("rank"), kwargs.get("world_size")
+        if rank is not None and world_size:
+            (out / f"ready.{rank}").touch()
+            end = time.monotonic() + wait_s
+            while time.monotonic() < end and len(list(out.glob("ready.*"))) < world_size:
+                time.sleep(0.05)
+        return original(*args, **kwargs)
+
+    torch.distributed.init_process_group = init_process_group
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--frontend", choices=("trainer", "fabric"), default="trainer")
@@ -233,6 +256,7 @@ def main() -> None:
     parser.add_argument("--resume", default=None)
     parser.add_argument("--hang-save-at", type=int, default=None)
     parser.add_argument("--hang-after-files", type=int, default=1)
+    parser.add_argument("--start-together", action="store_true")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -241,6 +265,8 @@ def main() -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
     if args.hang_save_at is not None:
         hang_during_saves(args, out)
+    if args.start_together:
+        start_together(out)
     torch.set_num_threads(1)
     L.seed_everything(1234, verbose=False)
     (run_trainer if args.frontend == "trainer" else run_fabric)(args, out)
