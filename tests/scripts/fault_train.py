@@ -224,6 +224,9 @@ def start_together(out: Path, wait_s: float = 600) -> None:
     """
     import torch.distributed
 
+    from lightning_anyaccel import rendezvous
+
+    rendezvous.RENDEZVOUS_GRACE_S = wait_s  # the package's rendezvous deadline must not count this wait
     original = torch.distributed.init_process_group
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
