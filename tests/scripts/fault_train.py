@@ -47,7 +47,7 @@ def mark_fault(args: argparse.Namespace, rank: int, what: str) -> None:
 
 def inject(args: argparse.Namespace, rank: int, step: int) -> None:
     """Apply ``--fault`` if this is the rank and the step."""
-    if rank != args.fault_rank or step != args.fault_step:
+    if args.fault == "none" or rank != args.fault_rank or step != args.fault_step:
         return
     mark_fault(args, rank, f"injecting {args.fault} at step {step}")
     if args.fault == "kill":
@@ -87,7 +87,17 @@ class FaultCallback(Callback):
         self.record.write(trainer.global_rank, global_step=trainer.global_step, finished=True)
 
 
-class FSDP2Model(DemoModel):
+class FaultModel(DemoModel):
+    """The demo model with SGD momentum: an optimizer with state, so checkpoints must carry it.
+
+    (Plain SGD has no state, and Lightning 2.6's FSDP sharded checkpoint of it does not load back.)
+    """
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
+
+
+class FSDP2Model(FaultModel):
     """The demo model, sharded with FSDP2 (``fully_shard``) over the strategy's mesh."""
 
     def configure_model(self) -> None:
@@ -139,22 +149,29 @@ def run_trainer(args: argparse.Namespace, out: Path) -> None:
         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
         default_root_dir=str(out),
     )
-    model = FSDP2Model() if args.strategy == "fsdp2" else DemoModel()
+    model = FSDP2Model() if args.strategy == "fsdp2" else FaultModel()
     trainer.fit(model, demo_loader(), ckpt_path=args.resume)
     if trainer.global_rank == 0:
         (out / "done").write_text(str(trainer.global_step))
 
 
 def run_fabric(args: argparse.Namespace, out: Path) -> None:
-    from torch.utils.data import DataLoader
-
     from lightning_anyaccel.fabric import AnyDDPStrategy, AnyFSDPStrategy
 
     timeout = timedelta(seconds=args.timeout)
     strategy = {"ddp": lambda: AnyDDPStrategy(timeout=timeout, start_method=args.start_method),
                 "fsdp": lambda: AnyFSDPStrategy(timeout=timeout, state_dict_type="sharded")}[args.strategy]()
     fabric = L.Fabric(accelerator="any", strategy=strategy, devices=args.devices, num_nodes=args.num_nodes)
-    fabric.launch()
+    if args.start_method == "popen":
+        fabric.launch()
+        fabric_loop(fabric, args, out)
+    else:  # spawn/fork: the loop runs in the started processes
+        fabric.launch(fabric_loop, args, out)
+
+
+def fabric_loop(fabric: L.Fabric, args: argparse.Namespace, out: Path) -> None:
+    from torch.utils.data import DataLoader
+
     torch.manual_seed(0)
     model = DemoModel().net
     model = fabric.setup_module(model)
@@ -230,8 +247,10 @@ def start_together(out: Path, wait_s: float = 600) -> None:
     original = torch.distributed.init_process_group
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        rank, world_size = kwargs.get("rank"), kwargs.get("world_size")
+        rank = kwargs.get("rank", os.environ.get("RANK"))
+        world_size = kwargs.get("world_size", os.environ.get("WORLD_SIZE"))
         if rank is not None and world_size:
+            world_size = int(world_size)
             (out / f"ready.{rank}").touch()
             end = time.monotonic() + wait_s
             while time.monotonic() < end and len(list(out.glob("ready.*"))) < world_size:
