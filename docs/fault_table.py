@@ -55,13 +55,15 @@ def _seconds(value: float | None) -> str:
 
 def table(records: list[dict]) -> list[str]:
     lines = [
-        "| fault | front end | strategy | launcher | nodes | exit status | job gone after the fault | promised | processes left |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|",
+        "| fault | front end | strategy | launcher | nodes | exit status | job gone after the fault | promised |"
+        " processes left | as promised |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in sorted(records, key=lambda r: r["cell"]):
         lines.append(
             f"| {r['fault']} | {r['frontend']} | {r['strategy']} | {r['launcher']} | {r['nodes']} |"
             f" {r['returncode']} | {_seconds(r['seconds_after_fault'])} | {r['bound_s']} s | {r['processes_left']} |"
+            f" {'yes' if r.get('ok') else '**no**'}: {r['expected']} |"
         )
     return lines
 
@@ -84,7 +86,8 @@ def main() -> None:
         f"Last run: {when}, {len(records)} cells, 2 CPU cores, torch {torch_version}, timeout"
         f" {records[0]['timeout_s']} s. \"Job gone\" is measured from the moment the fault was injected to"
         " the moment the job's last process ended; \"promised\" is the strategy's timeout plus the bound"
-        " below. A cell with status 0 is a clean stop (preemption).",
+        " above. A cell with status 0 is a clean stop (preemption); \"-\" means the test itself killed the job"
+        " (a kill in the middle of a save).",
         "",
         *table(records),
         "",
