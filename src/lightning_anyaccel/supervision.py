@@ -35,6 +35,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from lightning_anyaccel import rendezvous
@@ -226,8 +228,26 @@ def supervise_worker(rank: int) -> bool:
     return True
 
 
+@contextmanager
+def report_failure(rank: Callable[[], int]) -> Iterator[None]:
+    """Print which rank failed and why before the error leaves a worker.
+
+    torch's ``spawn`` join re-raises only the *first* failed process's error in the launching
+    process; when a rank raises and its peers then fail on the closed connection, the peers'
+    error can come first and the original cause would be lost.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        sys.stderr.write(f"[lightning_anyaccel] rank {rank()}: failed with {type(exc).__name__}: {text}\n")
+        sys.stderr.flush()
+        raise
+
+
 __all__ = [
     "EXIT_GRACE_S",
+    "report_failure",
     "LAUNCHER_PID_ENV",
     "children",
     "is_stopped",

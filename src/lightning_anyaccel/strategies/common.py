@@ -301,4 +301,5 @@ class SafeLaunchMixin:
     def _wrapping_function(self, process_idx: int, *rest: Any) -> Any:
         if self._start_method == "spawn" and self._strategy.root_device.type == "cpu":
             rest = _disable_module_memory_sharing(rest)
-        return super()._wrapping_function(process_idx, *rest)  # type: ignore[misc]
+        with supervision.report_failure(lambda: self._strategy.global_rank):  # [faults] name the failed rank
+            return super()._wrapping_function(process_idx, *rest)  # type: ignore[misc]
