@@ -46,7 +46,7 @@ RECORDS = Path(os.environ.get("ANYACCEL_FAULT_RECORDS", ROOT / "build" / "fault_
 pytestmark = pytest.mark.slow
 #: Cells whose code path another test already covers: run with ANYACCEL_FAULT_MATRIX_FULL=1.
 full = pytest.mark.skipif(os.environ.get("ANYACCEL_FAULT_MATRIX_FULL") != "1",
-                          reason="repeats a covered code path; ANYACCEL_FAULT_MATRIX_FULL=1 runs it (docs/fault_matrix.md)")
+                          reason="repeats a covered code path; ANYACCEL_FAULT_MATRIX_FULL=1 runs it (docs/faults.md)")
 
 
 @dataclass
