@@ -247,8 +247,11 @@ def start_together(out: Path, wait_s: float = 600) -> None:
     original = torch.distributed.init_process_group
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        rank = kwargs.get("rank", os.environ.get("RANK"))
-        world_size = kwargs.get("world_size", os.environ.get("WORLD_SIZE"))
+        rank, world_size = kwargs.get("rank", -1), kwargs.get("world_size", -1)
+        if rank is None or int(rank) < 0:  # DeepSpeed passes -1: the launcher's variables say
+            rank = os.environ.get("RANK")
+        if world_size is None or int(world_size) < 0:
+            world_size = os.environ.get("WORLD_SIZE")
         if rank is not None and world_size:
             world_size = int(world_size)
             (out / f"ready.{rank}").touch()
