@@ -45,7 +45,8 @@ COVERAGE: list[tuple[str, str, str, str]] = [
     ("SIGKILL whole job mid-save", "DDP (single file)", "env vars, 1 node", "test_scaleout_failures.py::test_kill_during_save_keeps_the_previous_checkpoint_and_resume_reproduces"),
     ("full disk / write error during a save", "every strategy (one code path)", "in-process", "test_checkpoint_faults.py"),
     ("truncated / foreign checkpoint at load", "single file, sharded directory", "in-process", "test_checkpoint_faults.py"),
-    ("any fault", "any strategy", "torchrun, SLURM, MPI", "the launcher ends its workers: see 'Externally launched jobs' above (not in the matrix)"),
+    ("SIGSTOP rank (frozen)", "DDP, Trainer", "torchrun, 1 node", "test_faults.py::test_frozen_rank_ends_the_job_and_is_killed[trainer-ddp-torchrun] (full)"),
+    ("any fault", "any strategy", "SLURM, MPI", "not run: the launcher ends its workers (see 'Externally launched jobs' above)"),
 ]
 
 
