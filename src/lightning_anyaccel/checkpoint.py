@@ -23,15 +23,16 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Union
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.fabric.utilities.types import _PATH
 from typing_extensions import override
 
 from lightning_anyaccel import runtime
 from lightning_anyaccel.devices import DEVICE_TABLE
+
+_PATH = Union[str, os.PathLike]  # what Lightning's checkpoint IO accepts as a path
 
 
 def portable_map_location(storage: Any, location: str) -> Any:
