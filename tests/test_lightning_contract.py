@@ -24,6 +24,7 @@ NOT_LIGHTNING = {
     "_exit": "os._exit in rendezvous._die (ends a process whose main thread is stuck in C)",
     "_Environ": "os._Environ, a type annotation in rendezvous.configure_socket_interface",
     "_unbound": "the package's own class attribute, set by AnyAccelerator.bound",
+    "_children": "multiprocessing.process._children in supervision._is_worker (the standard library's child list)",
 }
 
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the same classes as for `lightning`, as far as a type check
     from lightning_anyaccel.accelerator import AnyAccelerator
     from lightning_anyaccel.checkpoint import AtomicCheckpointIO
     from lightning_anyaccel.environments import AnyMPIEnvironment
+    from lightning_anyaccel.preemption import PreemptionCheckpoint
     from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
     from lightning_anyaccel.strategies import (
         AnyDDPStrategy,
@@ -58,4 +59,5 @@ __all__ = [
     "AnyModelParallelStrategy",
     "AnySingleDeviceStrategy",
     "AtomicCheckpointIO",
+    "PreemptionCheckpoint",
 ]

@@ -41,6 +41,7 @@ def trainer_classes() -> list[type]:
     from lightning_anyaccel.accelerator import AnyAccelerator
     from lightning_anyaccel.checkpoint import AtomicCheckpointIO
     from lightning_anyaccel.environments import AnyMPIEnvironment
+    from lightning_anyaccel.preemption import PreemptionCheckpoint
     from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
     from lightning_anyaccel.strategies import (
         AnyDDPStrategy,
@@ -52,7 +53,8 @@ def trainer_classes() -> list[type]:
     from lightning_anyaccel.strategies.ddp import AnyMultiProcessingLauncher
 
     return [AnyAccelerator, AnySingleDeviceStrategy, AnyDDPStrategy, AnyFSDPStrategy, AnyModelParallelStrategy,
-            AnyDeepSpeedStrategy, AnyMultiProcessingLauncher, AnyMPIEnvironment, AtomicCheckpointIO, AnyFSDPPrecision]
+            AnyDeepSpeedStrategy, AnyMultiProcessingLauncher, AnyMPIEnvironment, AtomicCheckpointIO, AnyFSDPPrecision,
+            PreemptionCheckpoint]
 
 
 def fabric_classes() -> list[type]:

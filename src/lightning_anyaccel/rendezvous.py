@@ -30,6 +30,7 @@ import time
 from collections.abc import Mapping
 from datetime import timedelta
 from types import TracebackType
+from typing import Any
 
 import psutil
 
@@ -216,8 +217,34 @@ def watch_parent(parent_pid: int, rank: int, period_s: float = 0.5) -> threading
     return thread
 
 
+def bound_deepspeed_groups(timeout: timedelta) -> bool:
+    """Make the process groups DeepSpeed creates itself time out after ``timeout`` too.
+
+    ``deepspeed.init_distributed(timeout=...)`` bounds only the default group. ZeRO then
+    all-reduces over groups it makes with ``torch.distributed.new_group(ranks)`` (a clone of
+    the world group, data-parallel groups), which get torch's default: 30 minutes on gloo.
+    A frozen rank then holds the job for half an hour whatever the strategy's ``timeout``.
+    Call after DeepSpeed's ``init_distributed``; returns whether DeepSpeed's backend was patched.
+    """
+    try:
+        from deepspeed.comm import comm as deepspeed_comm
+    except ImportError:
+        return False
+    backend = deepspeed_comm.cdb
+    if backend is None:
+        return False
+    import torch.distributed
+
+    def new_group(ranks: Any) -> Any:
+        return torch.distributed.new_group(ranks, timeout=timeout)
+
+    backend.new_group = new_group
+    return True
+
+
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "bound_deepspeed_groups",
     "EXIT_CODE",
     "GLOO_SOCKET_IFNAME",
     "RENDEZVOUS_GRACE_S",

@@ -34,6 +34,7 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
+from lightning_anyaccel.checkpoint import FabricAtomicSaveMixin
 from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
 from lightning_anyaccel.strategies.common import AnyDistributedMixin, LazyDeviceMixin, SafeLaunchMixin
 from lightning_anyaccel.strategies.sharding import (
@@ -86,7 +87,7 @@ class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
         return self._wrap_ddp(module, device_ids, functools.partial(super().setup_module, module))
 
 
-class AnyFSDPStrategy(AnyFSDPMixin, FSDPStrategy):
+class AnyFSDPStrategy(FabricAtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):
     """Fabric's ``FSDPStrategy`` (FSDP1) on the accelerator's device type.
 
     Takes every argument of Fabric's ``FSDPStrategy`` (``sharding_strategy``, ``state_dict_type``
@@ -173,7 +174,7 @@ def fully_shard_data_parallel(module: Module, device_mesh: Any) -> Module:
     return fully_shard(module, mesh=device_mesh["data_parallel"])
 
 
-class AnyModelParallelStrategy(AnyModelParallelMixin, ModelParallelStrategy):
+class AnyModelParallelStrategy(FabricAtomicSaveMixin, AnyModelParallelMixin, ModelParallelStrategy):
     """Fabric's ``ModelParallelStrategy`` (FSDP2 + tensor parallel) on the accelerator's device type.
 
     Args:
@@ -207,7 +208,7 @@ class AnyModelParallelStrategy(AnyModelParallelMixin, ModelParallelStrategy):
 
 
 
-class AnyDeepSpeedStrategy(AnyDeepSpeedMixin, DeepSpeedStrategy):
+class AnyDeepSpeedStrategy(FabricAtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy):
     """Fabric's ``DeepSpeedStrategy`` (ZeRO 1/2/3, offload) on the device types DeepSpeed knows.
 
     Takes every argument of Fabric's ``DeepSpeedStrategy``. Registered as ``any_deepspeed``,

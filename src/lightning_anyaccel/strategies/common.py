@@ -46,7 +46,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
-from lightning_anyaccel import _lightning, rendezvous
+from lightning_anyaccel import _lightning, rendezvous, supervision
 from lightning_anyaccel.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.devices import get_spec
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
@@ -56,7 +56,7 @@ from lightning_anyaccel.precision import align_precision_plugin, check_device_su
 log = logging.getLogger(__name__)
 
 #: Set by a launching process for the workers it starts, so they can exit when it dies.
-LAUNCHER_PID_ENV = "LIGHTNING_ANYACCEL_LAUNCHER_PID"
+LAUNCHER_PID_ENV = supervision.LAUNCHER_PID_ENV
 
 #: Registered DDP name -> start method (the same names for the Trainer and for Fabric).
 START_METHODS: dict[str, str] = {
@@ -288,6 +288,7 @@ class AnyDistributedMixin(AnyStrategyMixin):
             )
 
     def _validate_device_setup(self) -> None:
+        supervision.supervise_worker(self.global_rank)  # a worker dies with its launching process
         super()._validate_device_setup()
         self._check_start_method()
         if self._start_method in ("fork", "forkserver"):
@@ -298,12 +299,12 @@ class AnyDistributedMixin(AnyStrategyMixin):
     def _configure_launcher(self) -> None:
         """Adopt an MPI launcher's layout, then Lightning's launcher for popen, the fork-checked one otherwise."""
         self._adopt_launcher_environment()
-        if self._start_method == "popen" and not self.cluster_environment.creates_processes_externally:
-            os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
         if self._start_method == "popen":
             super()._configure_launcher()  # type: ignore[misc]
         else:
             self._launcher = _lightning.port(self._launcher_class, self._front_end)(self, start_method=self._start_method)
+        if not self.cluster_environment.creates_processes_externally:  # this process starts the workers
+            supervision.prepare_launch()
         if self.parallel_devices:
             self._validate_device_setup()
 
@@ -335,11 +336,8 @@ class AnyDistributedMixin(AnyStrategyMixin):
 
     @override
     def _check_setup(self) -> None:
-        """Also: watch the launching process, check the layout, and name gloo's interface."""
+        """Also: check the layout and name gloo's interface (the launcher watch starts in ``_validate_device_setup``)."""
         super()._check_setup()
-        launcher_pid = os.environ.get(LAUNCHER_PID_ENV)
-        if launcher_pid and int(launcher_pid) != os.getpid():
-            rendezvous.watch_parent(int(launcher_pid), rank=self.global_rank)
         env = self.cluster_environment
         self._set_ranks()
         rendezvous.check_layout(
@@ -442,7 +440,8 @@ class SafeLaunchMixin:
             rest = _lightning.private(
                 "lightning.fabric.strategies.launchers.multiprocessing", "_disable_module_memory_sharing"
             )(rest)
-        return super()._wrapping_function(process_idx, *rest)  # type: ignore[misc]
+        with supervision.report_failure(lambda: self._strategy.global_rank):  # name the failed rank
+            return super()._wrapping_function(process_idx, *rest)  # type: ignore[misc]
 
 
 def _is_distributed_failure(exception: BaseException) -> bool:

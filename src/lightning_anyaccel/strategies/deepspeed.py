@@ -38,6 +38,7 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
+from lightning_anyaccel.checkpoint import AtomicSaveMixin
 from lightning_anyaccel.strategies.sharding import (
     DEEPSPEED_NAMES,
     AnyDeepSpeedMixin,
@@ -46,7 +47,7 @@ from lightning_anyaccel.strategies.sharding import (
 )
 
 
-class AnyDeepSpeedStrategy(AnyDeepSpeedMixin, DeepSpeedStrategy):
+class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy):
     """DeepSpeed (ZeRO 1/2/3, optimizer/parameter offload) on the accelerator's device type.
 
     Takes every argument of Lightning's ``DeepSpeedStrategy`` (``stage``, ``offload_optimizer``,

@@ -38,11 +38,12 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
+from lightning_anyaccel.checkpoint import AtomicSaveMixin
 from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
 from lightning_anyaccel.strategies.sharding import AnyFSDPMixin
 
 
-class AnyFSDPStrategy(AnyFSDPMixin, FSDPStrategy):
+class AnyFSDPStrategy(AtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):
     """Fully Sharded Data Parallel (``torch.distributed.fsdp``) on the accelerator's device type.
 
     Takes every argument of Lightning's ``FSDPStrategy`` (``sharding_strategy``, ``state_dict_type``

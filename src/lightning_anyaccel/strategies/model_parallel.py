@@ -24,10 +24,11 @@ from __future__ import annotations
 from lightning.pytorch.strategies import ModelParallelStrategy
 from typing_extensions import override
 
+from lightning_anyaccel.checkpoint import AtomicSaveMixin
 from lightning_anyaccel.strategies.sharding import AnyModelParallelMixin
 
 
-class AnyModelParallelStrategy(AnyModelParallelMixin, ModelParallelStrategy):
+class AnyModelParallelStrategy(AtomicSaveMixin, AnyModelParallelMixin, ModelParallelStrategy):
     """Lightning's ``ModelParallelStrategy`` (FSDP2 + tensor parallel) on the accelerator's device type.
 
     Takes the arguments of ``ModelParallelStrategy``: ``data_parallel_size``, ``tensor_parallel_size``,

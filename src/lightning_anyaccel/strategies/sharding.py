@@ -21,7 +21,7 @@ import torch
 from lightning.fabric.utilities.seed import reset_seed
 from typing_extensions import override
 
-from lightning_anyaccel import _lightning
+from lightning_anyaccel import _lightning, rendezvous
 from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, get_spec
 from lightning_anyaccel.precision import align_precision_plugin
 from lightning_anyaccel.strategies.common import AnyDistributedMixin
@@ -374,6 +374,7 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         reset_seed()
         self._set_ranks()
         self._init_deepspeed_distributed()  # type: ignore[attr-defined]
+        rendezvous.bound_deepspeed_groups(self._timeout)  # DeepSpeed's own groups honour the timeout too
 
     @property
     def device_rank(self) -> int:

@@ -1,0 +1,260 @@
+"""No process of a job outlives it: the launching process and its workers watch each other.
+
+A rank that hangs inside a driver or is stopped (``SIGSTOP``, a debugger, a stuck device) can
+react to nothing but ``SIGKILL``. When the other ranks give up (the strategy's ``timeout``), the
+job must still end *completely*: Lightning's launchers send ``SIGTERM`` (which a stopped process
+never handles) or nothing at all, and a stopped worker re-parented to ``init`` keeps its device
+until someone kills it by hand. Three mechanisms, all started by the strategies:
+
+- :func:`prepare_launch` runs in the process that starts the workers (rank 0 of a node with
+  ``start_method="popen"``, the parent with ``spawn``/``fork``). It marks the job
+  (:data:`LAUNCHER_PID_ENV`) and starts a reaper thread that ``SIGKILL``\\ s any child that is
+  stopped while a ``SIGTERM`` waits for it (torch's ``spawn`` join and Lightning send
+  ``SIGTERM`` to the survivors of a failed job), and at exit kills the children still running
+  (at once when stopped, after :data:`EXIT_GRACE_S` otherwise).
+- :func:`supervise_worker` runs in every worker. On Linux it asks the kernel to ``SIGKILL`` the
+  worker when its launching process ends (``prctl(PR_SET_PDEATHSIG)``: delivered even to a
+  stopped process); elsewhere a thread polls the parent
+  (:func:`~lightning_anyaccel.rendezvous.watch_parent`). At exit, a worker whose launching
+  process is stopped kills it, so a frozen rank 0 does not keep a failed node alive.
+- Externally launched jobs (``torchrun``, ``srun``, ``mpiexec``) are ended by their launcher;
+  ``docs/faults.md`` says what each does and within which bound.
+
+Example:
+    >>> signal_pending(os.getpid(), 15)
+    False
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from lightning_anyaccel import rendezvous
+
+log = logging.getLogger(__name__)
+
+#: Set by a launching process for the workers it starts (its pid), so they know whom to follow.
+LAUNCHER_PID_ENV = "LIGHTNING_ANYACCEL_LAUNCHER_PID"
+
+#: Seconds a launching process waits at exit for running (not stopped) workers before killing them.
+EXIT_GRACE_S = 5.0
+
+#: How often the reaper thread looks at the children (seconds).
+REAP_PERIOD_S = 0.5
+
+_PR_SET_PDEATHSIG = 1
+_reaper: threading.Thread | None = None
+_supervised_by: int | None = None
+_lock = threading.Lock()
+
+
+def _proc_state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` from ``/proc`` (``R``, ``S``, ``T`` stopped, ``Z`` zombie), ``None`` if gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def signal_pending(pid: int, signum: int) -> bool:
+    """Whether ``signum`` was sent to ``pid`` and not handled yet (Linux; ``False`` elsewhere)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    bit = 1 << (signum - 1)
+    for line in status.splitlines():
+        if line.startswith(("ShdPnd:", "SigPnd:")) and int(line.split()[1], 16) & bit:
+            return True
+    return False
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (``SIGSTOP``/``SIGTSTP``, or traced)."""
+    return _proc_state(pid) in ("T", "t")
+
+
+def children(pid: int | None = None) -> list[int]:
+    """The live (not zombie) direct children of ``pid`` (default: this process)."""
+    pid = pid or os.getpid()
+    found: set[int] = set()
+    tasks = Path(f"/proc/{pid}/task")
+    try:
+        for task in tasks.iterdir():
+            text = (task / "children").read_text()
+            found.update(int(item) for item in text.split())
+    except OSError:
+        import psutil
+
+        try:
+            found = {child.pid for child in psutil.Process(pid).children()}
+        except psutil.Error:
+            return []
+    return sorted(child for child in found if _proc_state(child) not in (None, "Z"))
+
+
+def _kill(pid: int, why: str) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    sys.stderr.write(f"[lightning_anyaccel] killed process {pid}: {why}\n")
+    sys.stderr.flush()
+
+
+def reap_stopped_children() -> list[int]:
+    """``SIGKILL`` the children that are stopped while a ``SIGTERM`` waits for them; their pids."""
+    killed = []
+    for child in children():
+        if is_stopped(child) and signal_pending(child, signal.SIGTERM):
+            _kill(child, "it was asked to terminate (SIGTERM) but is stopped and can only end with SIGKILL")
+            killed.append(child)
+    return killed
+
+
+def _reap_forever() -> None:
+    while True:
+        try:
+            reap_stopped_children()
+        except Exception:  # never let the watcher die of a /proc race
+            pass
+        time.sleep(REAP_PERIOD_S)
+
+
+def _is_worker(pid: int) -> bool:
+    """Whether child ``pid`` is one of this process's workers: a ``popen`` worker (it carries the
+    variable :func:`prepare_launch` set and a ``LOCAL_RANK`` above 0) or a ``multiprocessing`` child."""
+    marker = f"{LAUNCHER_PID_ENV}={os.getpid()}".encode()
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        environ = []
+    local_rank = next((item for item in environ if item.startswith(b"LOCAL_RANK=")), b"LOCAL_RANK=0")
+    if marker in environ and local_rank != b"LOCAL_RANK=0":  # a popen worker (not a helper like a resource tracker)
+        return True
+    import multiprocessing.process
+
+    return any(child.pid == pid for child in list(multiprocessing.process._children))  # type: ignore[attr-defined]
+
+
+def kill_children(grace_s: float = EXIT_GRACE_S) -> list[int]:
+    """End this process's workers: stopped ones at once, running ones after ``grace_s``. Their pids.
+
+    Other children (a TensorBoard the script started, data-loader workers) are left alone.
+    """
+    killed = []
+    end = time.monotonic() + grace_s
+    while True:
+        alive = [child for child in children() if _is_worker(child)]
+        for child in alive:
+            if is_stopped(child) or time.monotonic() >= end:
+                _kill(child, "its launching process is exiting" + (" (it was stopped)" if is_stopped(child) else ""))
+                killed.append(child)
+        if not alive or time.monotonic() >= end:
+            return killed
+        time.sleep(0.1)
+
+
+def prepare_launch() -> None:
+    """In the process that is about to start the workers: mark them and watch them (idempotent).
+
+    Sets :data:`LAUNCHER_PID_ENV` (inherited by every worker), starts the reaper thread and
+    registers :func:`kill_children` at exit.
+    """
+    global _reaper
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
+    with _lock:
+        if _reaper is not None and _reaper.is_alive():
+            return
+        _reaper = threading.Thread(target=_reap_forever, name="anyaccel-reaper", daemon=True)
+        _reaper.start()
+        atexit.register(kill_children)
+
+
+def _die_with_parent() -> bool:
+    """Ask the kernel to ``SIGKILL`` this process when its parent ends (Linux); whether that worked."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def launcher_pid() -> int | None:
+    """The pid of the process that started this worker, if it was one of the package's launchers."""
+    value = os.environ.get(LAUNCHER_PID_ENV)
+    if not value:
+        return None
+    pid = int(value)
+    return pid if pid != os.getpid() else None
+
+
+def supervise_worker(rank: int) -> bool:
+    """In a worker: end with the launching process, and kill it at exit if it is stopped.
+
+    Does nothing (returns ``False``) in the launching process itself and in processes started
+    by an external launcher (``torchrun``, ``srun``, ``mpiexec``: they end their workers).
+    """
+    global _supervised_by
+    parent = launcher_pid()
+    if parent is None or os.getppid() != parent:
+        return False
+    if _supervised_by == parent:
+        return True
+    _supervised_by = parent
+    if _die_with_parent():
+        if os.getppid() != parent:  # it died before the request took effect
+            rendezvous._die(f"rank {rank}: the process that launched this one (pid {parent}) died; exiting.")
+    else:
+        rendezvous.watch_parent(parent, rank=rank)
+
+    def kill_stopped_parent() -> None:
+        if os.getppid() == parent and is_stopped(parent):
+            _kill(parent, f"rank {rank} is exiting and the job's launching process is stopped")
+
+    atexit.register(kill_stopped_parent)
+    return True
+
+
+@contextmanager
+def report_failure(rank: Callable[[], int]) -> Iterator[None]:
+    """Print which rank failed and why before the error leaves a worker.
+
+    torch's ``spawn`` join re-raises only the *first* failed process's error in the launching
+    process; when a rank raises and its peers then fail on the closed connection, the peers'
+    error can come first and the original cause would be lost.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        sys.stderr.write(f"[lightning_anyaccel] rank {rank()}: failed with {type(exc).__name__}: {text}\n")
+        sys.stderr.flush()
+        raise
+
+
+__all__ = [
+    "EXIT_GRACE_S",
+    "report_failure",
+    "LAUNCHER_PID_ENV",
+    "children",
+    "is_stopped",
+    "kill_children",
+    "launcher_pid",
+    "prepare_launch",
+    "reap_stopped_children",
+    "signal_pending",
+    "supervise_worker",
+]

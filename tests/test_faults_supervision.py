@@ -1,0 +1,89 @@
+"""The mechanisms that end stopped workers, each on its own (no training): fast, and they say why a cell passes.
+
+A stopped process reacts to nothing but ``SIGKILL``. These tests stop real processes and check
+that each mechanism of :mod:`lightning_anyaccel.supervision` ends them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from lightning_anyaccel import supervision
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, uses prctl")
+
+
+def _wait_until(predicate, timeout: float = 20) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _gone(pid: int) -> bool:
+    state = supervision._proc_state(pid)
+    return state is None or state == "Z"
+
+
+def test_reaper_kills_a_stopped_child_that_was_asked_to_terminate() -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        assert _wait_until(lambda: supervision.is_stopped(child.pid))
+        assert supervision.reap_stopped_children() == []  # stopped, but nobody asked it to end
+        os.kill(child.pid, signal.SIGTERM)  # what torch's spawn join sends: pending, never handled
+        assert _wait_until(lambda: supervision.signal_pending(child.pid, signal.SIGTERM))
+        assert supervision.reap_stopped_children() == [child.pid]
+        assert child.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+
+
+LAUNCHER = textwrap.dedent("""
+    import os, subprocess, sys, time
+    from lightning_anyaccel import supervision
+    supervision.prepare_launch()
+    worker = subprocess.Popen([sys.executable, "-c", '''
+    import os, signal, sys
+    from lightning_anyaccel import supervision
+    assert supervision.supervise_worker(rank=1)
+    open(sys.argv[1], "w").write(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGSTOP)
+    ''', sys.argv[1]], env={**os.environ, "LOCAL_RANK": "1"})  # as Lightning's popen launcher sets it
+    while not os.path.exists(sys.argv[1]) or not open(sys.argv[1]).read():
+        time.sleep(0.05)
+    time.sleep(0.5)
+    if sys.argv[2] == "crash":
+        os._exit(1)  # no atexit: like a launcher that was SIGKILLed
+    sys.exit(1)      # a failing launcher: its atexit kills the stopped worker
+""")
+
+
+@pytest.mark.parametrize("how", ["crash", "exit"])
+def test_a_stopped_worker_ends_with_its_launcher(tmp_path: Path, how: str) -> None:
+    """``crash``: the kernel's parent-death signal; ``exit``: the launcher's own kill at exit."""
+    pid_file = tmp_path / "worker.pid"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(supervision.__file__).parents[1]),
+                                                          os.environ.get("PYTHONPATH", "")])}
+    launcher = subprocess.run([sys.executable, "-c", LAUNCHER, str(pid_file), how], env=env, timeout=120,
+                              capture_output=True, text=True)
+    assert launcher.returncode == 1, launcher.stderr[-2000:]
+    worker = int(pid_file.read_text())
+    try:
+        assert _wait_until(lambda: _gone(worker)), f"worker {worker} outlived its launcher"
+    finally:
+        if not _gone(worker):
+            os.kill(worker, signal.SIGKILL)
+    if how == "exit":
+        assert "killed process" in launcher.stderr and "(it was stopped)" in launcher.stderr
