@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from lightning import Trainer
-from lightning.pytorch.callbacks import DeviceStatsMonitor
+from lightning.pytorch.callbacks import Callback, DeviceStatsMonitor
 from lightning.pytorch.loggers import CSVLogger
 
 import lightning_anyaccel  # noqa: F401  (registers names)
@@ -29,12 +29,25 @@ from conftest import SRC
 TRAIN = str(Path(__file__).parent / "scripts" / "train.py")
 
 
+class _DeviceProbe(Callback):
+    """Records where the parameters and the batch were during each training step."""
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[str, str]] = set()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.seen.add((next(pl_module.parameters()).device.type, batch[0].device.type))
+
+
 def _fit(model=None, **kwargs):
     model = model or DemoModel()
+    probe = _DeviceProbe()
     defaults = dict(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                     enable_model_summary=False)
+    kwargs["callbacks"] = [*kwargs.get("callbacks", []), probe]
     trainer = Trainer(**{**defaults, **kwargs})
     trainer.fit(model, demo_loader())
+    model.devices_seen = probe.seen
     return trainer, model
 
 
@@ -45,7 +58,9 @@ def _fit(model=None, **kwargs):
         lambda device_type: dict(accelerator=AnyAccelerator(), devices=1),
         lambda device_type: dict(accelerator=AnyAccelerator(device_type), strategy="any_single", devices=1),
         lambda device_type: dict(accelerator="any", strategy="any_single", devices=1),
-        lambda device_type: dict(accelerator="any", strategy=AnySingleDeviceStrategy(), devices="auto"),
+        # "auto" is every device: one on CPU, so give 1 where there are several
+        lambda device_type: dict(accelerator="any", strategy=AnySingleDeviceStrategy(),
+                                 devices="auto" if device_type == "cpu" else 1),
     ],
     ids=["instance-auto-strategy", "typed-any_single", "any-name", "strategy-instance"],
 )
@@ -53,7 +68,7 @@ def test_single_device_fit_learns(flags, device_type):
     trainer, model = _fit(**flags(device_type))
     assert trainer.global_step == 6
     assert trainer.strategy.root_device.type == device_type
-    assert next(model.parameters()).device.type == device_type
+    assert model.devices_seen == {(device_type, device_type)}  # parameters and batches lived on the device
     assert model.losses[-1] < model.losses[0]
 
 

@@ -28,21 +28,22 @@ from typing import Any
 
 import torch
 
-__all__ = ["BACKENDS", "ENV_VAR", "backend_name", "load", "loaded_name"]
+__all__ = ["BACKEND", "ENV_VAR", "backend_name", "load", "loaded_name"]
 
 #: The environment variable the autoload hook reads (``npu``, ``mlu``, ``emu:4`` for 4 devices).
 ENV_VAR = "LIGHTNING_ANYACCEL_EMULATE"
 
-#: The collective backend each vendor registers for its device type; other names get ``<name>ccl``.
-BACKENDS = {"npu": "hccl", "sdaa": "tccl", "mlu": "cncl", "musa": "mccl"}
+#: The collective backend registered for the emulated device type. Vendors register theirs
+#: (hccl, cncl, ...) the same way; a name of its own keeps records from claiming a vendor library ran.
+BACKEND = "emuccl"
 
 _lock = threading.Lock()
 _loaded: str | None = None
 
 
 def backend_name(device_type: str) -> str:
-    """The collective backend name registered for ``device_type`` (what its vendor would use)."""
-    return BACKENDS.get(device_type, f"{device_type}ccl")
+    """The collective backend name registered for the emulated ``device_type``."""
+    return BACKEND
 
 
 def loaded_name() -> str | None:

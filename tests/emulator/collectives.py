@@ -51,6 +51,9 @@ class EmulatorProcessGroup(dist.ProcessGroup):
         self._rank, self._size = rank, size
         self._device_type = device_type
         self._name = name
+        # torch asks the group for its backend object per device type (`_get_backend`, e.g. when
+        # init_process_group gets a `device_id`): answer with the gloo transport underneath.
+        self._register_backend(torch.device(device_type), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
 
     # identity
     def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
