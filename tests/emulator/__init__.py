@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import torch
@@ -185,7 +185,13 @@ def _device_module(name: str, ext: Any) -> ModuleType:
     def Event(enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> torch.Event:  # noqa: N802
         return torch.Event(device=name, enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
 
+    def get_device_properties(device: Any = None) -> SimpleNamespace:
+        index = _index(device)
+        return SimpleNamespace(name=f"Emulated {name} device (host memory, CPU kernels)",
+                               total_memory=ext.mem_get_info(index)[1], index=index)
+
     functions = {
+        "get_device_properties": get_device_properties,
         "is_available": lambda: ext.device_count() > 0,
         "device_count": ext.device_count,
         "current_device": ext.current_device,
