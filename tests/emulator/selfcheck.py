@@ -50,7 +50,10 @@ def main(name: str) -> None:
 
     # compute through CPU kernels: a Linear forward/backward and optimizer steps (foreach, fused)
     torch.manual_seed(0)
-    lin = torch.nn.Linear(8, 4).to(name)
+    lin = torch.nn.Linear(8, 4)
+    weight = lin.weight
+    lin.to(name)
+    assert lin.weight is weight, "Module.to() must keep the Parameter objects (optimizers hold them)"
     ref = torch.nn.Linear(8, 4)
     ref.load_state_dict({k: v.cpu() for k, v in lin.state_dict().items()})
     data = torch.randn(16, 8)

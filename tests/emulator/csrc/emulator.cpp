@@ -518,6 +518,17 @@ at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage storage, int
 
 void record_stream(at::Tensor&, c10::Stream) {}  // one synchronous queue per device
 
+// `param.data = param.to(device)` keeps the Parameter object only when the two tensors are
+// "shallow-copy compatible"; torch's built-in list has no PrivateUse1, so without this
+// Module.to() would make new Parameters and an optimizer created before the move (Fabric's
+// setup(model, optimizer)) would step stale CPU tensors. Vendors register this, as we do.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && (t.is_cpu() || t.is_privateuseone());
+  };
+  return dense(self) && dense(from);
+}
+
 // Replace every generator argument (given, or the device default when absent) by the device's
 // generator presented as a CPU generator, so CPU random kernels draw from the device's state.
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -576,6 +587,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view", view);
   m.impl("unfold", unfold);
   m.impl("record_stream", record_stream);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
 
 // Structured ops whose composite (non-functional) form would resize a 0-d `out` tensor in the
