@@ -96,6 +96,10 @@ def pytest_configure(config: pytest.Config) -> None:
     global _DEVICE
     config.addinivalue_line("markers", "device_generic: trains on the device given by --device (run again per device)")
     _DEVICE = _setup_device(config.getoption("--device"))
+    if config.getoption("--validation-record"):
+        from validation_record import COLLECTOR
+
+        config.pluginmanager.register(COLLECTOR, "anyaccel-validation-record")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
