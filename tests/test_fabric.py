@@ -153,7 +153,6 @@ NOTEBOOK = textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.device_generic
 def test_fabric_notebook_uses_fork(python_runner, device) -> None:
     proc = python_runner(["-c", NOTEBOOK], timeout=DDP_TIMEOUT)
     assert proc.returncode == 0, proc.stdout[-4000:]

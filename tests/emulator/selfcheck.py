@@ -67,6 +67,18 @@ def main(name: str) -> None:
     assert torch.allclose(lin.weight.cpu(), ref.weight, atol=1e-6), "device training differs from CPU"
     torch.optim.Adam(lin.parameters(), fused=True).step()
 
+    # a CNN: convolution forward/backward on the device equals CPU's
+    conv = torch.nn.Conv2d(3, 4, 3)
+    img = torch.randn(2, 3, 8, 8)
+    out_dev = conv.to(name)(img.to(name))
+    out_dev.sum().backward()
+    grad_dev = conv.weight.grad.cpu()
+    conv_cpu = conv.cpu()
+    conv_cpu.weight.grad = None
+    out_cpu = conv_cpu(img)
+    out_cpu.sum().backward()
+    assert torch.allclose(out_dev.cpu(), out_cpu, atol=1e-5) and torch.allclose(grad_dev, conv_cpu.weight.grad, atol=1e-4)
+
     # autocast dispatches for the device type; GradScaler runs its kernels on the device
     with torch.autocast(name, dtype=torch.bfloat16):
         assert lin(data.to(name)).dtype == torch.bfloat16

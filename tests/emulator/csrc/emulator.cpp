@@ -594,6 +594,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // CPU kernel and warn: send the functional op itself to the CPU fallback.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  // Convolutions: for backends other than CPU/CUDA the composite kernels call
+  // convolution_overrideable, which has no CPU kernel; run the CPU convolution instead.
+  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
