@@ -121,7 +121,9 @@ def test_deepspeed_zero_partitions_optimizer_state(tmp_path, ddp, strategy):
 @pytest.mark.parametrize("strategy", ["fsdp", "fsdp2"])
 def test_parameters_sharded_on_the_device_under_test(tmp_path, strategy, device):
     """FSDP and FSDP2 with 2 processes on the device under test (``--device``): each rank holds about half
-    the parameters, as tensors on its own device, and both strategies see the same losses."""
+    the parameters, as tensors on its own device."""
+    if device.is_cpu:
+        pytest.skip("on CPU, test_sharded_training_matches_ddp_and_resumes checks sharding in depth")
     ranks = _train(tmp_path / strategy, strategy, "--width", "256", "--depth", "4", "--max-steps", "3",
                    "--device-type", device.type)
     total = ranks[0]["total_numel"]
