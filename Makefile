@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 DEEPSPEED_SPEC ?= deepspeed==0.19.8
 STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 
-.PHONY: install run test bench docs lab clean
+.PHONY: install run test emulator bench docs lab clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -32,9 +32,16 @@ run: install
 	$(PYTHON) examples/train.py --devices 2 --max-epochs 3
 	$(MAKE) --no-print-directory docs
 
-test: install
+# The emulated accelerator of the tests (tests/emulator): compiled once per torch version into
+# tests/emulator/_build/, so a second `make test` compiles nothing.
+emulator: install
+	MAX_JOBS=2 $(PYTHON) tests/emulator/_build_ext.py
+
+test: install emulator
 	$(PYTHON) -m pytest
 	$(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
+	@# the device-generic tests again, on the emulated accelerator loaded as `npu` (docs/emulator.md)
+	$(PYTHON) -m pytest -m device_generic --device emulated:npu -q
 
 # The documentation site, notebooks executed afresh (-E), every warning an error (-W).
 docs: install
@@ -48,7 +55,7 @@ lab: install
 	$(PYTHON) -m jupyter lab --notebook-dir=notebooks --MappingKernelManager.default_kernel_name=$(KERNEL)
 
 clean:
-	rm -rf $(VENV) _build lightning_logs .pytest_cache notebooks/runs
+	rm -rf $(VENV) _build lightning_logs .pytest_cache notebooks/runs tests/emulator/_build
 
 # Benchmarks (benchmarks/, docs/benchmarks.md): `make bench` (22 min on 2 shared cores at load 9-16,
 # 12 CPU-minutes), `make bench BENCH_ARGS=--quick`;

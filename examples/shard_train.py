@@ -193,6 +193,7 @@ class Report(Callback):
             "losses": pl_module.losses,
             "total_numel": pl_module.total_numel,
             "param_numel": sum(local_numel(p) for p in trainer.strategy.model.parameters()),
+            "param_device": str(next(trainer.strategy.model.parameters()).device),
             "optimizer_state_numel": optimizer_state_numel(trainer.optimizers[0]),
             "peak_mib": (self.peak - self.before) / 2**20,
         }

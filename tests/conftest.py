@@ -1,21 +1,138 @@
-"""Shared test fixtures: subprocess runner with bounded waits, per-test thread limits."""
+"""Shared test fixtures: the device under test, subprocess runner with bounded waits, thread limits.
+
+``pytest --device TYPE`` chooses the device the device-generic tests train on: ``cpu`` (default),
+a real device type (``xpu``, ``cuda``, ``hpu``, ``npu``, ...), or ``emulated:NAME`` for the
+emulated accelerator of ``tests/emulator`` loaded as device type ``NAME`` in this process and,
+through ``LIGHTNING_ANYACCEL_EMULATE`` and ``PYTHONPATH``, in every child process. Tests marked
+``device_generic`` take the device from the ``device`` fixture; ``pytest -m device_generic
+--device ...`` runs only them. ``--validation-record PATH`` writes what ran where (docs/validate_hardware.md).
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
+TESTS = Path(__file__).resolve().parent
+AUTOLOAD = TESTS / "emulator" / "autoload"
 
 # Child processes (popen DDP re-runs the script, spawn, helper scripts) must import this
 # checkout's package, not an installed copy from another tree.
 os.environ["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@dataclass(frozen=True)
+class DeviceUnderTest:
+    """The device the device-generic tests run on.
+
+    Attributes:
+        type: the ``torch.device`` type (``"cpu"``, ``"npu"``, ...).
+        emulated: whether it is the emulated accelerator of ``tests/emulator``.
+        backend: the collective backend the package must pick for it.
+        spec: the ``--device`` value as given.
+    """
+
+    type: str
+    emulated: bool
+    backend: str
+    spec: str
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.type == "cpu"
+
+    @property
+    def level(self) -> str:
+        """What a pass on it proves: ``hardware`` or ``emulated`` (CPU counts as hardware)."""
+        return "emulated" if self.emulated else "hardware"
+
+
+_DEVICE: DeviceUnderTest | None = None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("lightning-anyaccel")
+    group.addoption("--device", default="cpu", metavar="TYPE",
+                    help="device the device-generic tests train on: cpu (default), a device type"
+                         " (xpu, cuda, hpu, npu, ...) or emulated:NAME (the emulated accelerator as NAME)")
+    group.addoption("--validation-record", default=None, metavar="PATH",
+                    help="write a validation record (TOML, the format docs/validation.toml reads) to PATH")
+
+
+def _setup_device(spec: str) -> DeviceUnderTest:
+    """Load the emulator or check the real device; export what child processes need."""
+    if spec.startswith("emulated:"):
+        name = spec.split(":", 1)[1]
+        if str(TESTS) not in sys.path:
+            sys.path.insert(0, str(TESTS))
+        import emulator
+
+        emulator.load(name)
+        os.environ[emulator.ENV_VAR] = name
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(AUTOLOAD), os.environ["PYTHONPATH"]])
+        return DeviceUnderTest(type=name, emulated=True, backend=emulator.backend_name(name), spec=spec)
+    if spec == "cpu":
+        return DeviceUnderTest(type="cpu", emulated=False, backend="gloo", spec=spec)
+    from lightning_anyaccel import runtime
+    from lightning_anyaccel.distributed import resolve_backend
+
+    if not runtime.is_available(spec):
+        raise pytest.UsageError(f"--device {spec}: PyTorch in this environment sees no {spec!r} device."
+                                " Use --device cpu, or --device emulated:npu for the emulated accelerator.")
+    import torch
+
+    return DeviceUnderTest(type=spec, emulated=False, backend=resolve_backend(torch.device(spec)), spec=spec)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _DEVICE
+    config.addinivalue_line("markers", "device_generic: trains on the device given by --device (run again per device)")
+    _DEVICE = _setup_device(config.getoption("--device"))
+    if config.getoption("--validation-record"):
+        from validation_record import COLLECTOR
+
+        config.pluginmanager.register(COLLECTOR, "anyaccel-validation-record")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    assert _DEVICE is not None
+    kind = "emulated accelerator" if _DEVICE.emulated else "real device"
+    return f"device under test: {_DEVICE.type} ({kind}, collective backend {_DEVICE.backend})"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    path = session.config.getoption("--validation-record")
+    if path and _DEVICE is not None:
+        from validation_record import write_record
+
+        write_record(Path(path), _DEVICE, session)
+
+
+@pytest.fixture(scope="session")
+def device() -> DeviceUnderTest:
+    """The device under test (``--device``)."""
+    assert _DEVICE is not None
+    return _DEVICE
+
+
+@pytest.fixture(scope="session")
+def device_type(device: DeviceUnderTest) -> str:
+    """The device type the device-generic tests train on (``"cpu"`` by default)."""
+    return device.type
+
+
+def device_under_test() -> DeviceUnderTest:
+    """The device under test, for module-level code and helpers outside fixtures."""
+    assert _DEVICE is not None
+    return _DEVICE
 
 
 def run_python(args: list[str], *, timeout: float = 180, cwd: Path | None = None,

@@ -1,5 +1,6 @@
-"""Lightning Fabric with the package, in real processes on CPU: one device, DDP (popen/spawn/fork),
-bf16 autocast inside the step, collectives, save with 2 processes / load with 1, notebook fork."""
+"""Lightning Fabric with the package, in real processes on the device under test (``--device``, CPU by
+default): one device, DDP (popen/spawn/fork), bf16 autocast inside the step, collectives, save with 2
+processes / load with 1, notebook fork."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ from lightning import Fabric
 
 import lightning_anyaccel  # noqa: F401
 from lightning_anyaccel.fabric import AnyAccelerator, AnyDDPStrategy, AnySingleDeviceStrategy
+
+from conftest import device_under_test
+from lightning_anyaccel import runtime
+from lightning_anyaccel.devices import get_spec
+from lightning_anyaccel.distributed import ForkAfterInitError
 
 SCRIPT = Path(__file__).parent / "scripts" / "fabric_train.py"
 DDP_TIMEOUT = 120
@@ -30,13 +36,14 @@ def run_script(runner, out: Path, *extra: str, timeout: float = DDP_TIMEOUT) -> 
 
 
 def check_ddp(ranks: list[dict[str, Any]], strategy_class: str = "AnyDDPStrategy") -> None:
-    """What every 2-process run must show: our strategy, gloo, collectives right, ranks in sync."""
+    """What every 2-process run must show: our strategy, the device's backend, collectives right, ranks in sync."""
+    device = device_under_test()
     assert [r["rank"] for r in ranks] == [0, 1]
     for r in ranks:
         assert r["world_size"] == 2
         assert r["strategy"] == f"lightning_anyaccel.fabric.strategies.{strategy_class}"
-        assert r["backend"] == "gloo"
-        assert r["device"] == r["param_device"] == "cpu"
+        assert r["backend"] == device.backend
+        assert r["device"] == r["param_device"] == (device.type if device.is_cpu else f"{device.type}:{r['rank']}")
         assert r["all_reduce_sum"] == 3.0  # 1 + 2
         assert r["all_reduce_mean"] == 1.5
         assert r["all_gather"] == [0, 1]
@@ -59,19 +66,21 @@ def popen_bf16_run(tmp_path_factory, request) -> tuple[Path, list[dict[str, Any]
 
 
 @pytest.mark.slow
-def test_fabric_ddp_popen_bf16_collectives_and_save(popen_bf16_run) -> None:
+@pytest.mark.device_generic
+def test_fabric_ddp_popen_bf16_collectives_and_save(popen_bf16_run, device_type) -> None:
     out, ranks = popen_bf16_run
     check_ddp(ranks)
     for r in ranks:
         assert r["launcher"] == "_SubprocessScriptLauncher"
-        assert r["precision"] == "MixedPrecision" and r["precision_device"] == "cpu"
+        assert r["precision"] == "MixedPrecision" and r["precision_device"] == device_type
         # the script asserted it inside every step too; here the record says so per step and in forward
         assert r["autocast_in_step"] == [[True, "torch.bfloat16"]] * 4
-        assert r["autocast_in_forward"] == [["cpu", True, "torch.bfloat16"]]
+        assert r["autocast_in_forward"] == [[device_type, True, "torch.bfloat16"]]
     assert (out / "ckpt.pt").is_file()
 
 
 @pytest.mark.slow
+@pytest.mark.device_generic
 def test_fabric_load_with_one_process_continues(popen_bf16_run, tmp_path, monkeypatch) -> None:
     """A checkpoint saved by 2 processes loads into 1: weights restored, step count continues."""
     import sys
@@ -93,17 +102,20 @@ def test_fabric_load_with_one_process_continues(popen_bf16_run, tmp_path, monkey
 
 
 @pytest.mark.slow
-def test_fabric_ddp_spawn(python_runner, tmp_path) -> None:
+@pytest.mark.device_generic
+def test_fabric_ddp_spawn(python_runner, tmp_path, device_type) -> None:
     ranks = run_script(python_runner, tmp_path, "--strategy", "any_ddp_spawn")
     check_ddp(ranks)
     assert {r["launcher"] for r in ranks} == {"AnyMultiProcessingLauncher"}
-    assert ranks[0]["autocast_in_step"] == [[False, "torch.bfloat16"]] * 4  # 32-true: autocast off
+    off = [False, str(torch.get_autocast_dtype(device_type))]  # the device's default autocast dtype
+    assert ranks[0]["autocast_in_step"] == [off] * 4  # 32-true: autocast off
     parent = json.loads((tmp_path / "parent.json").read_text())
     assert parent["pid"] not in {r["pid"] for r in ranks}
     assert parent["result"]["weights"] == ranks[0]["weights"]  # launch() returned rank 0's result
 
 
 @pytest.mark.slow
+@pytest.mark.device_generic
 def test_fabric_ddp_fork(python_runner, tmp_path) -> None:
     ranks = run_script(python_runner, tmp_path, "--strategy", "any_ddp_fork")
     check_ddp(ranks)
@@ -141,16 +153,17 @@ NOTEBOOK = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_fabric_notebook_uses_fork(python_runner) -> None:
+def test_fabric_notebook_uses_fork(python_runner, device) -> None:
     proc = python_runner(["-c", NOTEBOOK], timeout=DDP_TIMEOUT)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "POPEN-REFUSED: strategy='any_ddp' (start method 'popen') can not run from a notebook" in proc.stdout
     assert "Use strategy='any_ddp_notebook' (fork)" in proc.stdout
     result = json.loads(proc.stdout.split("RESULT:", 1)[1].strip().splitlines()[0])
-    assert result == {"world": 2, "sum": 3.0, "backend": "gloo", "strategy": "AnyDDPStrategy"}
+    assert result == {"world": 2, "sum": 3.0, "backend": device.backend, "strategy": "AnyDDPStrategy"}
 
 
-def test_fabric_single_device_loop_bf16(tmp_path, monkeypatch) -> None:
+@pytest.mark.device_generic
+def test_fabric_single_device_loop_bf16(tmp_path, monkeypatch, device_type) -> None:
     """In-process: a real Fabric loop on one device, bf16 autocast active inside the step."""
     import sys
 
@@ -164,24 +177,33 @@ def test_fabric_single_device_loop_bf16(tmp_path, monkeypatch) -> None:
     assert fabric.strategy.precision is fabric._precision  # aligned before Fabric cached it
     record = fabric.launch(fabric_train.run, args)
     assert record["strategy"].endswith("fabric.strategies.AnySingleDeviceStrategy")
-    assert record["precision_device"] == "cpu"
+    assert record["precision_device"] == device_type
     assert record["autocast_in_step"] == [[True, "torch.bfloat16"]] * 4
-    assert record["autocast_in_forward"] == [["cpu", True, "torch.bfloat16"]]
+    assert record["autocast_in_forward"] == [[device_type, True, "torch.bfloat16"]]
     assert record["all_reduce_sum"] == 1.0 and record["broadcast"] == {"token": "from-rank-0"}
     assert len(record["losses"]) == 4 and all(0 < v < 1e3 for v in record["losses"])
 
 
-def test_fabric_16_mixed_scaler_on_accelerator_device() -> None:
+@pytest.mark.device_generic
+def test_fabric_16_mixed_scaler_on_accelerator_device(device_type) -> None:
     """Fabric builds 16-mixed for 'cuda' on an accelerator instance; ours autocasts and scales on the device."""
-    fabric = Fabric(accelerator=AnyAccelerator("cpu"), strategy="any_single", devices=1, precision="16-mixed")
+    fabric = Fabric(accelerator=AnyAccelerator(device_type), strategy="any_single", devices=1, precision="16-mixed")
     plugin = fabric._precision
-    assert plugin.device == "cpu" and plugin.scaler is not None and plugin.scaler._device == "cpu"
+    assert plugin.device == device_type and plugin.scaler is not None and plugin.scaler._device == device_type
     with fabric.autocast():
-        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.float16
+        assert torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type) == torch.float16
+        out = torch.nn.Linear(4, 2).to(fabric.device)(torch.ones(3, 4, device=fabric.device))
+    assert out.dtype == torch.float16  # autocast really dispatched for the device type
 
 
-def test_fabric_ddp_instance_and_registry_names() -> None:
+@pytest.mark.device_generic
+def test_fabric_ddp_instance_and_registry_names(device) -> None:
     fabric = Fabric(accelerator="any", strategy="any_ddp_spawn", devices=2)
     assert type(fabric.strategy) is AnyDDPStrategy and fabric.strategy._start_method == "spawn"
+    if runtime.is_initialized(device.type) and not get_spec(device.type).fork_safe_after_init:
+        # an earlier test used the device in this process: forking is refused, naming what works
+        with pytest.raises(ForkAfterInitError, match="any_ddp_spawn"):
+            Fabric(accelerator=AnyAccelerator(), strategy=AnyDDPStrategy(start_method="fork"), devices=2)
+        return
     fabric = Fabric(accelerator=AnyAccelerator(), strategy=AnyDDPStrategy(start_method="fork"), devices=2)
-    assert fabric.strategy.num_processes == 2 and fabric.strategy._get_process_group_backend() == "gloo"
+    assert fabric.strategy.num_processes == 2 and fabric.strategy._get_process_group_backend() == device.backend

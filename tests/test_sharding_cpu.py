@@ -114,3 +114,21 @@ def test_deepspeed_zero_partitions_optimizer_state(tmp_path, ddp, strategy):
     states = [r["optimizer_state_numel"] for r in ranks]
     assert all(n < 0.6 * ddp[0]["optimizer_state_numel"] for n in states), states
     _assert_losses(ranks, ddp)
+
+
+@pytest.mark.slow
+@pytest.mark.device_generic
+@pytest.mark.parametrize("strategy", ["fsdp", "fsdp2"])
+def test_parameters_sharded_on_the_device_under_test(tmp_path, strategy, device):
+    """FSDP and FSDP2 with 2 processes on the device under test (``--device``): each rank holds about half
+    the parameters, as tensors on its own device."""
+    if device.is_cpu:
+        pytest.skip("on CPU, test_sharded_training_matches_ddp_and_resumes checks sharding in depth")
+    ranks = _train(tmp_path / strategy, strategy, "--width", "256", "--depth", "4", "--max-steps", "3",
+                   "--device-type", device.type)
+    total = ranks[0]["total_numel"]
+    held = [r["param_numel"] for r in ranks]
+    assert all(n < 0.6 * total for n in held) and sum(held) >= total, held
+    expected = ["cpu", "cpu"] if device.is_cpu else [f"{device.type}:0", f"{device.type}:1"]
+    assert [r["param_device"] for r in ranks] == expected
+    assert all(r["global_step"] == 3 and len(r["losses"]) == 3 for r in ranks)

@@ -1,60 +1,91 @@
-"""Real Lightning training on CPU through the package's generic path (no simulation)."""
+"""Real Lightning training through the package's generic path (no simulation), on the device under test.
+
+CPU by default; ``pytest --device emulated:npu`` (or a real device type) runs the tests marked
+``device_generic`` on that device."""
 
 from __future__ import annotations
 
+import csv
 import json
+import os
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 from lightning import Trainer
-from lightning.pytorch.callbacks import DeviceStatsMonitor
+from lightning.pytorch.callbacks import Callback, DeviceStatsMonitor
 from lightning.pytorch.loggers import CSVLogger
 
 import lightning_anyaccel  # noqa: F401  (registers names)
 from lightning_anyaccel import AnyAccelerator, AnyDDPStrategy, AnySingleDeviceStrategy
 from lightning_anyaccel.demo import DemoModel, demo_loader
+from lightning_anyaccel.devices import get_spec
+
+from conftest import SRC
 
 TRAIN = str(Path(__file__).parent / "scripts" / "train.py")
 
 
+class _DeviceProbe(Callback):
+    """Records where the parameters and the batch were during each training step."""
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[str, str]] = set()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.seen.add((next(pl_module.parameters()).device.type, batch[0].device.type))
+
+
 def _fit(model=None, **kwargs):
     model = model or DemoModel()
+    probe = _DeviceProbe()
     defaults = dict(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                     enable_model_summary=False)
+    kwargs["callbacks"] = [*kwargs.get("callbacks", []), probe]
     trainer = Trainer(**{**defaults, **kwargs})
     trainer.fit(model, demo_loader())
+    model.devices_seen = probe.seen
     return trainer, model
 
 
+@pytest.mark.device_generic
 @pytest.mark.parametrize(
     "flags",
     [
-        dict(accelerator=AnyAccelerator(), devices=1),
-        dict(accelerator=AnyAccelerator("cpu"), strategy="any_single", devices=1),
-        dict(accelerator="any", strategy="any_single", devices=1),
-        dict(accelerator="any", strategy=AnySingleDeviceStrategy(), devices="auto"),
+        lambda device_type: dict(accelerator=AnyAccelerator(), devices=1),
+        lambda device_type: dict(accelerator=AnyAccelerator(device_type), strategy="any_single", devices=1),
+        lambda device_type: dict(accelerator="any", strategy="any_single", devices=1),
+        # "auto" is every device: one on CPU, so give 1 where there are several
+        lambda device_type: dict(accelerator="any", strategy=AnySingleDeviceStrategy(),
+                                 devices="auto" if device_type == "cpu" else 1),
     ],
-    ids=["instance-auto-strategy", "cpu-any_single", "any-name", "strategy-instance"],
+    ids=["instance-auto-strategy", "typed-any_single", "any-name", "strategy-instance"],
 )
-def test_single_device_fit_learns(flags):
-    trainer, model = _fit(**flags)
+def test_single_device_fit_learns(flags, device_type):
+    trainer, model = _fit(**flags(device_type))
     assert trainer.global_step == 6
-    assert trainer.strategy.root_device.type == "cpu"
+    assert trainer.strategy.root_device.type == device_type
+    assert model.devices_seen == {(device_type, device_type)}  # parameters and batches lived on the device
     assert model.losses[-1] < model.losses[0]
 
 
-def test_bf16_mixed_autocast_active_in_training_step():
+@pytest.mark.device_generic
+def test_bf16_mixed_autocast_active_in_training_step(device_type):
     trainer, model = _fit(accelerator=AnyAccelerator(), strategy="any_single", devices=1, precision="bf16-mixed")
-    assert trainer.precision_plugin.device == "cpu"
-    assert model.autocast_seen == [("cpu", "bfloat16")] * 6
+    assert trainer.precision_plugin.device == device_type
+    assert model.autocast_seen == [(device_type, "bfloat16")] * 6
 
 
-def test_16_mixed_uses_device_scaler():
+@pytest.mark.device_generic
+def test_16_mixed_uses_device_scaler(device_type):
     trainer, model = _fit(accelerator=AnyAccelerator(), strategy="any_single", devices=1, precision="16-mixed")
-    assert model.autocast_seen and set(model.autocast_seen) == {("cpu", "float16")}
+    assert model.autocast_seen and set(model.autocast_seen) == {(device_type, "float16")}
     assert trainer.precision_plugin.scaler is not None
-    assert trainer.precision_plugin.scaler._device == "cpu"
+    assert trainer.precision_plugin.scaler._device == device_type
+    assert trainer.precision_plugin.scaler._scale.device.type == device_type  # the scaler ran on the device
 
 
 def test_32_true_has_no_autocast():
@@ -62,12 +93,19 @@ def test_32_true_has_no_autocast():
     assert model.autocast_seen == []
 
 
-def test_device_stats_monitor_gets_stats(tmp_path):
+@pytest.mark.device_generic
+def test_device_stats_monitor_gets_stats(tmp_path, device_type):
     logger = CSVLogger(tmp_path, name="stats")
     _fit(accelerator=AnyAccelerator(), strategy="any_single", devices=1, logger=logger,
          callbacks=[DeviceStatsMonitor()], log_every_n_steps=1)
     metrics = (Path(logger.log_dir) / "metrics.csv").read_text()
-    assert "cpu_percent" in metrics and "cpu_vm_percent" in metrics
+    if device_type == "cpu":
+        assert "cpu_percent" in metrics and "cpu_vm_percent" in metrics
+        return
+    # a device's allocator counts what the model and batches occupy: real, non-zero numbers
+    rows = list(csv.DictReader(metrics.splitlines()))
+    allocated = [float(r[k]) for r in rows for k in r if k.endswith("allocated_bytes.all.current") and r[k]]
+    assert allocated and min(allocated) > 0, metrics[:2000]
 
 
 def _ranks(out: Path) -> list[dict]:
@@ -75,20 +113,24 @@ def _ranks(out: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.device_generic
 @pytest.mark.parametrize("strategy", ["any_ddp", "any_ddp_spawn", "any_ddp_fork"])
-def test_ddp_two_processes(python_runner, tmp_path, strategy):
+def test_ddp_two_processes(python_runner, tmp_path, strategy, device):
     proc = python_runner([TRAIN, "--strategy", strategy, "--devices", "2", "--precision", "bf16-mixed",
-                          "--out", str(tmp_path)], timeout=240)
+                          "--device-type", device.type, "--out", str(tmp_path)], timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:]
     ranks = _ranks(tmp_path)
     assert [r["rank"] for r in ranks] == [0, 1]
     for record in ranks:
         assert record["world_size"] == 2
         assert record["strategy"] == "AnyDDPStrategy"
-        assert record["backend"] == "gloo"
-        assert record["precision_device"] == "cpu"
-        assert record["autocast_seen"] == [["cpu", "bfloat16"]]
+        assert record["backend"] == device.backend
+        assert record["precision_device"] == device.type
+        assert record["param_device"] == record["device"]
+        assert record["autocast_seen"] == [[device.type, "bfloat16"]]
         assert record["global_step"] == 8
+    if not device.is_cpu:  # one device per rank
+        assert [r["device"] for r in ranks] == [f"{device.type}:0", f"{device.type}:1"]
     # gradients were all-reduced: identical weights on both ranks, different data per rank
     assert ranks[0]["weights"] == ranks[1]["weights"]
     assert ranks[0]["losses"] != ranks[1]["losses"]
@@ -108,22 +150,67 @@ def test_lightnings_ddp_spawn_with_any_accelerator_keeps_ranks_in_sync(python_ru
 
 
 @pytest.mark.slow
-def test_checkpoint_from_two_processes_resumes_on_one(python_runner, tmp_path):
+@pytest.mark.device_generic
+def test_checkpoint_from_two_processes_resumes_on_one(python_runner, tmp_path, device):
     ckpt, out1, out2 = tmp_path / "ckpt", tmp_path / "run1", tmp_path / "run2"
     out1.mkdir(), out2.mkdir()
     first = python_runner([TRAIN, "--strategy", "any_ddp", "--devices", "2", "--max-steps", "4",
-                           "--out", str(out1), "--ckpt-dir", str(ckpt)], timeout=240)
+                           "--device-type", device.type, "--out", str(out1), "--ckpt-dir", str(ckpt)], timeout=240)
     assert first.returncode == 0, first.stdout[-4000:]
     assert (ckpt / "last.ckpt").exists()
     saved = torch.load(ckpt / "last.ckpt", map_location="cpu", weights_only=False)
     assert saved["global_step"] == 4
+    if not device.is_cpu:
+        check_loads_without_the_device(python_runner, ckpt / "last.ckpt", device.type)
     second = python_runner([TRAIN, "--strategy", "any_single", "--devices", "1", "--max-steps", "8",
-                            "--out", str(out2), "--resume", str(ckpt / "last.ckpt")], timeout=240)
+                            "--device-type", device.type, "--out", str(out2), "--resume", str(ckpt / "last.ckpt")],
+                           timeout=240)
     assert second.returncode == 0, second.stdout[-4000:]
     (record,) = _ranks(out2)
     assert record["world_size"] == 1
     assert record["global_step"] == 8
     assert len(record["losses"]) == 4  # continued from step 4, did not restart
+
+
+@pytest.mark.slow
+@pytest.mark.device_generic
+def test_fork_refused_after_the_parent_initialised_the_device(python_runner, tmp_path, device):
+    """The children of a fork after initialisation could not use the device: the package refuses first."""
+    if get_spec(device.type).fork_safe_after_init:
+        pytest.skip(f"{device.type} may fork after initialisation")
+    proc = python_runner([TRAIN, "--strategy", "any_ddp_fork", "--devices", "2", "--device-type", device.type,
+                          "--touch-device", "--out", str(tmp_path)], timeout=120)
+    assert proc.returncode != 0
+    assert "ForkAfterInitError" in proc.stdout and "was already initialised in this process" in proc.stdout
+    assert not list(tmp_path.glob("rank*.json"))
+
+
+def check_loads_without_the_device(python_runner, path: Path, device_type: str) -> None:
+    """A checkpoint of device tensors loads in a plain-CPU process that never loaded the device's backend."""
+    code = (
+        "import os, sys, torch\n"
+        f"path = {str(path)!r}\n"
+        "assert torch._C._get_privateuse1_backend_name() == 'privateuseone', 'the device backend is loaded'\n"
+        "assert torch.accelerator.current_accelerator() is None\n"
+        "from lightning_anyaccel import portable_map_location\n"
+        "try:\n"
+        "    torch.load(path, weights_only=False)\n"
+        "    sys.exit('loading device tensors without map_location unexpectedly worked')\n"
+        "except (RuntimeError, AttributeError) as err:\n"
+        f"    assert {device_type!r} in str(err).lower() or 'privateuse' in str(err).lower(), err\n"
+        "ckpt = torch.load(path, map_location=portable_map_location, weights_only=False)\n"
+        "tensors = list(ckpt['state_dict'].values())\n"
+        "assert tensors and all(t.device.type == 'cpu' for t in tensors)\n"
+        "print('LOADED', ckpt['global_step'])\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if k != "LIGHTNING_ANYACCEL_EMULATE"}
+    clean["PYTHONPATH"] = str(SRC)
+    proc = subprocess.run([sys.executable, "-c", code], env=clean, text=True, capture_output=True, timeout=120)
+    assert proc.returncode == 0 and "LOADED 4" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+    # the file really holds device tensors: its storages are tagged with the device type
+    with zipfile.ZipFile(path) as archive:
+        pickled = next(archive.read(n) for n in archive.namelist() if n.endswith("data.pkl"))
+    assert f"{device_type}:".encode() in pickled
 
 
 def test_ddp_strategy_instance_and_names_register():

@@ -20,6 +20,22 @@ def test_verify_passes_on_cpu(python_runner):
         assert needle in out
 
 
+@pytest.mark.slow
+@pytest.mark.device_generic
+def test_verify_passes_on_the_device_under_test(python_runner, device):
+    """`python -m lightning_anyaccel.verify --device <type>` is green on the device under test."""
+    if device.is_cpu:
+        pytest.skip("test_verify_passes_on_cpu checks cpu")
+    proc = python_runner(["-m", "lightning_anyaccel.verify", "--device", device.type], timeout=240)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    for needle in (f"[PASS] single-device fit: 4 steps on {device.type}:0",
+                   f"[PASS] 2-process collective: all_reduce over 2 processes with '{device.backend}'",
+                   f"[PASS] bf16 autocast: matmul under autocast('{device.type}', bfloat16) -> torch.bfloat16",
+                   f"[PASS] checkpoint round trip: state_dict saved from {device.type}:0",
+                   "VERIFICATION SUCCESSFUL"):
+        assert needle in proc.stdout, proc.stdout[-4000:]
+
+
 def test_verify_json_and_missing_device(python_runner):
     proc = python_runner(["-m", "lightning_anyaccel.verify", "--device", "xpu", "--json"], timeout=240)
     assert proc.returncode == 1, proc.stdout[-4000:]

@@ -24,8 +24,26 @@ else:  # pragma: no cover
 
 STATUS_TEXT = {
     "hardware": "run on hardware",
-    "simulated": "simulated in tests",
+    "emulated": "executed on the emulated device",
+    "simulated": "simulated only",
     "untested": "not tested",
+}
+
+#: The three levels of evidence, strongest first: a level's sub-table in validation.toml
+#: (``[devices.<type>.hardware]``, ``.emulated``, ``.simulated``) says what ran at that level.
+LEVELS = ("hardware", "emulated", "simulated")
+
+#: Feature columns of the per-feature table (keys of a level's ``features``).
+FEATURE_NAMES = {
+    "single_device": "1 device",
+    "mixed_precision": "bf16/16-mixed",
+    "ddp": "DDP",
+    "fork_safety": "fork check",
+    "fsdp": "FSDP",
+    "fsdp2": "FSDP2",
+    "deepspeed": "DeepSpeed",
+    "checkpoint": "checkpoints",
+    "device_stats": "memory stats",
 }
 
 
@@ -69,6 +87,30 @@ def _table(header: list[str], rows: list[list[Any]], widths: list[int] | None = 
 def _status(entry: dict[str, Any]) -> str:
     text = STATUS_TEXT.get(entry.get("status", "untested"), entry.get("status", ""))
     return f"{text} ({entry['date']})" if entry.get("date") else text
+
+
+def _level_text(entry: dict[str, Any], level: str) -> str:
+    """One cell of the three-level table: what ran at ``level`` (date and versions), or "no"."""
+    sub = entry.get(level)
+    if not isinstance(sub, dict):
+        return "no"
+    parts = [str(sub["date"])] if sub.get("date") else []
+    if level == "hardware":
+        parts += [f"{k} {sub[k]}" for k in ("device_name", "driver", "torch", "vendor_package") if sub.get(k)]
+    if sub.get("passed") is not None:
+        parts.append(f"{sub['passed']} passed, {sub.get('failed', 0)} failed")
+    if sub.get("what"):
+        parts.append(str(sub["what"]))
+    return "; ".join(parts) or "yes"
+
+
+def _feature_cell(entry: dict[str, Any], feature: str) -> str:
+    """The strongest level at which ``feature`` passed: H (hardware), E (emulated), S (simulated), or -."""
+    for level, mark in zip(LEVELS, ("H", "E", "S")):
+        sub = entry.get(level)
+        if isinstance(sub, dict) and sub.get("features", {}).get(feature) == "passed":
+            return mark
+    return "-"
 
 
 class _TableDirective(SphinxDirective):
@@ -166,9 +208,12 @@ class ValidationTable(_TableDirective):
         tested = data.get("tested", {})
         versions = [[key, tested[key]] for key in ("date", "python", "torch", "lightning", "machine") if key in tested]
         devices = data.get("devices", {})
-        rows = [[f"`{t}`", _status(devices.get(t, {})), devices.get(t, {}).get("what", "")] for t in DEVICE_TABLE]
+        rows = [[f"`{t}`", *(_level_text(devices.get(t, {}), level) for level in LEVELS)] for t in DEVICE_TABLE]
+        features = [[f"`{t}`", *(_feature_cell(devices.get(t, {}), f) for f in FEATURE_NAMES)] for t in DEVICE_TABLE]
         return [_table(["tested with", "version"], versions, widths=[20, 80]),
-                _table(["device type", "status", "what ran"], rows, widths=[12, 25, 63])]
+                _table(["device type", "run on hardware", "executed on the emulated device", "simulated only"], rows,
+                       widths=[10, 30, 30, 30]),
+                _table(["device type", *FEATURE_NAMES.values()], features)]
 
 
 # ------------------------------------------------------------------------------------------------

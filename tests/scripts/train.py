@@ -87,10 +87,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--ckpt-dir", default=None)
     parser.add_argument("--resume", default=None)
+    parser.add_argument("--touch-device", action="store_true",
+                        help="allocate a tensor on the device before fit (initialises it in this process)")
     args = parser.parse_args(argv)
     L.seed_everything(1234, verbose=False)
     torch.set_num_threads(1)
     trainer = build_trainer(args)
+    if args.touch_device:
+        torch.ones(1, device=args.device_type)
     trainer.fit(DemoModel(), demo_loader(), ckpt_path=args.resume)
 
 

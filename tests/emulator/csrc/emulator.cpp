@@ -1,0 +1,742 @@
+// An emulated accelerator: a PrivateUse1 backend whose device memory is host memory owned by
+// its own allocator and whose compute runs CPU kernels through a boxed fallback.
+//
+// It is test support for lightning-anyaccel, modelled on what out-of-tree vendors (torch_npu,
+// torch_mlu, ...) register with PyTorch: a device guard with N devices, an allocator with
+// statistics, generators, hooks, copies, autocast kernels and a CPU fallback. The Python side
+// (tests/emulator/__init__.py) renames the backend and registers the device module and the
+// collective backend. Nothing here is fast and nothing proves vendor kernels correct.
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/as_strided_cpu_dispatch.h>
+#include <ATen/ops/set_cpu_dispatch.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/copy_native.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace emulator {
+
+using c10::DeviceIndex;
+using c10::DeviceType;
+
+// ---------------------------------------------------------------- runtime state
+
+constexpr DeviceIndex kMaxDevices = 16;
+std::atomic<int> g_device_count{2};
+std::atomic<bool> g_initialized{false};
+std::atomic<bool> g_in_bad_fork{false};
+std::atomic<bool> g_count_frozen{false};
+thread_local DeviceIndex t_current_device = 0;
+// Memory each emulated device reports as its total (free = total - allocated).
+std::atomic<int64_t> g_total_memory{int64_t(16) << 30};
+
+void child_after_fork() {
+  // What CUDA does: a child forked after the parent initialised the device can not use it.
+  if (g_initialized.load()) {
+    g_in_bad_fork = true;
+    g_initialized = false;
+  }
+}
+
+void lazy_init() {
+  TORCH_CHECK(
+      !g_in_bad_fork.load(),
+      "Cannot re-initialize the emulated device in a forked subprocess: the parent process had"
+      " already initialised it. Use the 'spawn' start method, or do not touch the device in the"
+      " parent before forking.");
+  if (!g_initialized.exchange(true)) {
+    g_count_frozen = true;
+  }
+}
+
+DeviceIndex device_count() {
+  return static_cast<DeviceIndex>(g_device_count.load());
+}
+
+void check_index(DeviceIndex index) {
+  TORCH_CHECK(
+      index >= 0 && index < device_count(),
+      "Invalid emulated device index ", static_cast<int>(index), ": this process has ",
+      static_cast<int>(device_count()), " emulated device(s).");
+}
+
+DeviceIndex current_device() {
+  return t_current_device;
+}
+
+void set_device(DeviceIndex index) {
+  check_index(index);
+  if (index != t_current_device) {
+    lazy_init();
+  }
+  t_current_device = index;
+}
+
+// ---------------------------------------------------------------- allocator
+
+using c10::CachingDeviceAllocator::DeviceStats;
+using c10::CachingAllocator::StatType;
+
+constexpr size_t kAggregate = static_cast<size_t>(StatType::AGGREGATE);
+constexpr size_t kLarge = static_cast<size_t>(StatType::LARGE_POOL);
+
+struct Block {
+  size_t size;
+  DeviceIndex device;
+};
+
+class EmulatorAllocator final : public c10::DeviceAllocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    lazy_init();
+    const DeviceIndex device = current_device();
+    const c10::Device dev(DeviceType::PrivateUse1, device);
+    if (nbytes == 0) {
+      return {nullptr, nullptr, &noop_delete, dev};
+    }
+    void* ptr = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
+    TORCH_CHECK(ptr != nullptr, "emulated device out of host memory allocating ", nbytes, " bytes");
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocks_[ptr] = Block{nbytes, device};
+      DeviceStats& s = stats_[device];
+      for (size_t t : {kAggregate, kLarge}) {
+        s.allocation[t].increase(1);
+        s.segment[t].increase(1);
+        s.active[t].increase(1);
+        s.allocated_bytes[t].increase(nbytes);
+        s.reserved_bytes[t].increase(nbytes);
+        s.active_bytes[t].increase(nbytes);
+        s.requested_bytes[t].increase(nbytes);
+      }
+      s.num_device_alloc += 1;
+    }
+    return {ptr, ptr, &delete_block, dev};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &delete_block;
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+
+  bool initialized() override {
+    return g_initialized.load();
+  }
+
+  void emptyCache(c10::MempoolId_t) override {}  // nothing is cached
+
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}  // one synchronous queue
+
+  DeviceStats getDeviceStats(DeviceIndex device) override {
+    check_index(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_[device];
+  }
+
+  void resetAccumulatedStats(DeviceIndex device) override {
+    check_index(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceStats& s = stats_[device];
+    for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.allocated_bytes, &s.reserved_bytes,
+                      &s.active_bytes, &s.requested_bytes}) {
+      for (auto& stat : *arr) stat.reset_accumulated();
+    }
+    s.num_device_alloc = 0;
+    s.num_device_free = 0;
+  }
+
+  void resetPeakStats(DeviceIndex device) override {
+    check_index(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceStats& s = stats_[device];
+    for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.allocated_bytes, &s.reserved_bytes,
+                      &s.active_bytes, &s.requested_bytes}) {
+      for (auto& stat : *arr) stat.reset_peak();
+    }
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(DeviceIndex device) override {
+    check_index(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t total = g_total_memory.load();
+    const int64_t used = stats_[device].reserved_bytes[kAggregate].current;
+    return {static_cast<size_t>(std::max<int64_t>(total - used, 0)), static_cast<size_t>(total)};
+  }
+
+  // The device a pointer (anywhere inside a live allocation) belongs to, or -1.
+  DeviceIndex device_of(const void* p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto* addr = static_cast<const char*>(p);
+    for (const auto& [start, block] : blocks_) {
+      const auto* begin = static_cast<const char*>(start);
+      if (addr >= begin && addr < begin + block.size) return block.device;
+    }
+    return -1;
+  }
+
+ private:
+  static void noop_delete(void*) {}
+
+  static void delete_block(void* ptr);
+
+  void release(void* ptr) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = blocks_.find(ptr);
+      if (it != blocks_.end()) {
+        const Block block = it->second;
+        blocks_.erase(it);
+        DeviceStats& s = stats_[block.device];
+        for (size_t t : {kAggregate, kLarge}) {
+          s.allocation[t].decrease(1);
+          s.segment[t].decrease(1);
+          s.active[t].decrease(1);
+          s.allocated_bytes[t].decrease(block.size);
+          s.reserved_bytes[t].decrease(block.size);
+          s.active_bytes[t].decrease(block.size);
+          s.requested_bytes[t].decrease(block.size);
+        }
+        s.num_device_free += 1;
+      }
+    }
+    std::free(ptr);
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<void*, Block> blocks_;
+  DeviceStats stats_[kMaxDevices];
+};
+
+EmulatorAllocator g_allocator;
+
+void EmulatorAllocator::delete_block(void* ptr) {
+  g_allocator.release(ptr);
+}
+
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
+
+// ---------------------------------------------------------------- device guard, streams, events
+
+thread_local c10::StreamId t_current_stream[kMaxDevices] = {};
+std::atomic<c10::StreamId> g_next_stream_id{1};
+
+struct EmulatorGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  static constexpr DeviceType static_type = DeviceType::PrivateUse1;
+
+  DeviceType type() const override {
+    return DeviceType::PrivateUse1;
+  }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    TORCH_CHECK(d.is_privateuseone(), "expected an emulated device, got ", d);
+    const DeviceIndex old = current_device();
+    if (d.has_index() && d.index() != old) set_device(d.index());
+    return c10::Device(DeviceType::PrivateUse1, old);
+  }
+  c10::Device getDevice() const override {
+    return c10::Device(DeviceType::PrivateUse1, current_device());
+  }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.is_privateuseone(), "expected an emulated device, got ", d);
+    if (d.has_index()) set_device(d.index());
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.has_index() && d.index() >= 0 && d.index() < device_count()) t_current_device = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const override {
+    const DeviceIndex index = d.has_index() ? d.index() : current_device();
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(DeviceType::PrivateUse1, index),
+                       t_current_stream[index]);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    const DeviceIndex index = d.has_index() ? d.index() : current_device();
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(DeviceType::PrivateUse1, index));
+  }
+  c10::Stream getNewStream(c10::Device d, int) const override {
+    const DeviceIndex index = d.has_index() ? d.index() : current_device();
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(DeviceType::PrivateUse1, index),
+                       g_next_stream_id.fetch_add(1));
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override {
+    return getNewStream(d, 0);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    const DeviceIndex index = s.device_index();
+    const c10::Stream old = getStream(s.device());
+    t_current_stream[index] = s.id();
+    return old;
+  }
+  // Every kernel finishes before it returns, so events are markers that are always complete.
+  void destroyEvent(void* event, const DeviceIndex) const noexcept override {
+    delete static_cast<int*>(event);
+  }
+  void record(void** event, const c10::Stream&, const DeviceIndex, const c10::EventFlag) const override {
+    if (*event == nullptr) *event = new int(1);
+  }
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override {
+    return true;
+  }
+  DeviceIndex deviceCount() const noexcept override {
+    return device_count();
+  }
+  bool queryStream(const c10::Stream&) const override {
+    return true;
+  }
+  void synchronizeStream(const c10::Stream&) const override {}
+  void synchronizeEvent(void*) const override {}
+  void synchronizeDevice(const DeviceIndex) const override {}
+  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+  double elapsedTime(void*, void*, const DeviceIndex) const override {
+    return 0.0;
+  }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, EmulatorGuardImpl);
+
+// ---------------------------------------------------------------- generators
+
+// A device generator is a CPU Philox/MT generator that says it belongs to an emulated device.
+// The CPU fallback hands it to CPU kernels (see with_cpu_generator), so seeding the device
+// really determines what random kernels on the device produce.
+class EmulatorGenerator : public at::CPUGeneratorImpl {
+ public:
+  explicit EmulatorGenerator(DeviceIndex index) : at::CPUGeneratorImpl(c10::default_rng_seed_val) {
+    device_ = c10::Device(DeviceType::PrivateUse1, index);
+    key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
+  }
+  void present_as(DeviceType type, DeviceIndex index) {
+    device_ = c10::Device(type, type == DeviceType::CPU ? DeviceIndex(-1) : index);
+  }
+
+ private:
+  EmulatorGenerator* clone_impl() const override {
+    auto* gen = new EmulatorGenerator(device_.index());
+    gen->set_state(*this->get_state());
+    return gen;
+  }
+};
+
+std::vector<at::Generator>& default_generators() {
+  static std::vector<at::Generator> gens = [] {
+    std::vector<at::Generator> v;
+    for (DeviceIndex i = 0; i < kMaxDevices; ++i) v.push_back(at::make_generator<EmulatorGenerator>(i));
+    return v;
+  }();
+  return gens;
+}
+
+const at::Generator& default_generator(DeviceIndex index) {
+  if (index < 0) index = current_device();
+  check_index(index);
+  return default_generators()[index];
+}
+
+// ---------------------------------------------------------------- hooks
+
+struct EmulatorHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override {
+    return true;
+  }
+  bool isAvailable() const override {
+    return device_count() > 0;
+  }
+  bool hasPrimaryContext(DeviceIndex) const override {
+    return g_initialized.load();
+  }
+  void init() const override {
+    lazy_init();
+  }
+  DeviceIndex deviceCount() const override {
+    return device_count();
+  }
+  void setCurrentDevice(DeviceIndex d) const override {
+    set_device(d);
+  }
+  DeviceIndex getCurrentDevice() const override {
+    return current_device();
+  }
+  DeviceIndex exchangeDevice(DeviceIndex d) const override {
+    const DeviceIndex old = current_device();
+    set_device(d);
+    return old;
+  }
+  DeviceIndex maybeExchangeDevice(DeviceIndex d) const override {
+    return exchangeDevice(d);
+  }
+  const at::Generator& getDefaultGenerator(DeviceIndex index) const override {
+    return default_generator(index);
+  }
+  at::Generator getNewGenerator(DeviceIndex index) const override {
+    return at::make_generator<EmulatorGenerator>(index < 0 ? current_device() : index);
+  }
+  at::Device getDeviceFromPtr(void* data) const override {
+    const DeviceIndex index = g_allocator.device_of(data);
+    TORCH_CHECK(index >= 0, "pointer ", data, " is not emulated device memory");
+    return at::Device(DeviceType::PrivateUse1, index);
+  }
+  bool isPinnedPtr(const void*) const override {
+    return false;
+  }
+  at::Allocator* getPinnedMemoryAllocator() const override {
+    return at::getCPUAllocator();
+  }
+  bool hasCompatibleShallowCopyType(c10::DispatchKeySet, c10::DispatchKeySet) const {
+    return true;
+  }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    auto* impl = storage.unsafeGetStorageImpl();
+    TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+    const size_t old = impl->nbytes();
+    c10::DeviceGuard guard(impl->device());
+    at::DataPtr fresh = g_allocator.allocate(newsize);
+    if (old > 0 && newsize > 0 && impl->data() != nullptr) {
+      std::memcpy(fresh.get(), impl->data(), std::min(old, newsize));
+    }
+    impl->set_data_ptr_noswap(std::move(fresh));
+    impl->set_nbytes(newsize);
+  }
+};
+
+// ---------------------------------------------------------------- kernels
+
+at::Tensor empty_memory_format(
+    c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device, std::optional<bool> pin_memory,
+    std::optional<c10::MemoryFormat> memory_format) {
+  const auto dev = c10::device_or_default(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "the emulated device supports strided tensors only");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "pinned memory lives on the CPU");
+  const c10::DeviceGuard guard(dev);
+  return at::detail::empty_generic(size, &g_allocator, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(
+    c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout, std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  const auto dev = c10::device_or_default(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "the emulated device supports strided tensors only");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "pinned memory lives on the CPU");
+  const c10::DeviceGuard guard(dev);
+  return at::detail::empty_strided_generic(size, stride, &g_allocator,
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_cpu(const at::Tensor& t) {
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.defined() && dst.defined(), "copy between undefined tensors");
+  if (self.numel() == 0) return dst;
+  if (self.is_cpu()) {
+    at::Tensor dst_cpu = as_cpu(dst);
+    at::native::copy_(dst_cpu, self, non_blocking);
+  } else if (dst.is_cpu()) {
+    at::Tensor dst_cpu = dst;
+    at::native::copy_(dst_cpu, as_cpu(self), non_blocking);
+  } else {  // device to device, same or different index: both are host memory
+    at::Tensor dst_cpu = as_cpu(dst);
+    at::native::copy_(dst_cpu, as_cpu(self), non_blocking);
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::native::resize_(dst, self.sizes(), std::nullopt);
+  return copy_from(self, dst, false);
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
+                      std::optional<c10::SymInt> storage_offset) {
+  return at::cpu::as_strided_symint(self, size, stride, std::move(storage_offset));
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                          std::optional<at::MemoryFormat> memory_format) {
+  const c10::DeviceGuard guard(self.device());
+  return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+}
+
+at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
+  return at::native::unfold(self, dimension, size, step);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  return at::native::_local_scalar_dense_cpu(self);
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  return at::native::set_tensor_(self, source);
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) {
+  return at::native::set_(self, source);
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage storage, int64_t offset,
+                                      c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::cpu::set_(self, storage, offset, size, stride);
+}
+
+void record_stream(at::Tensor&, c10::Stream) {}  // one synchronous queue per device
+
+// `param.data = param.to(device)` keeps the Parameter object only when the two tensors are
+// "shallow-copy compatible"; torch's built-in list has no PrivateUse1, so without this
+// Module.to() would make new Parameters and an optimizer created before the move (Fabric's
+// setup(model, optimizer)) would step stale CPU tensors. Vendors register this, as we do.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && (t.is_cpu() || t.is_privateuseone());
+  };
+  return dense(self) && dense(from);
+}
+
+// Replace every generator argument (given, or the device default when absent) by the device's
+// generator presented as a CPU generator, so CPU random kernels draw from the device's state.
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto num_args = schema.arguments().size();
+  const auto base = stack->size() - num_args;
+  std::vector<std::pair<EmulatorGenerator*, DeviceIndex>> presented;
+  DeviceIndex device = current_device();
+  for (size_t i = 0; i < num_args; ++i) {
+    const auto& iv = (*stack)[base + i];
+    if (iv.isTensor() && iv.toTensor().defined() && iv.toTensor().is_privateuseone()) {
+      device = iv.toTensor().device().index();
+      break;
+    }
+  }
+  for (size_t i = 0; i < num_args; ++i) {
+    const auto& arg = schema.arguments()[i];
+    const auto& type = arg.real_type();
+    const bool is_generator = type->kind() == c10::TypeKind::GeneratorType ||
+        (type->kind() == c10::TypeKind::OptionalType &&
+         type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType);
+    if (!is_generator) continue;
+    c10::IValue& iv = (*stack)[base + i];
+    at::Generator gen = iv.isNone() ? default_generator(device) : iv.toGenerator();
+    if (gen.device().type() == DeviceType::PrivateUse1) {
+      auto* impl = gen.get<EmulatorGenerator>();
+      presented.emplace_back(impl, gen.device().index());
+      impl->present_as(DeviceType::CPU, -1);
+      iv = c10::IValue(gen);
+    }
+  }
+  auto restore = [&presented] {
+    for (auto& [impl, index] : presented) impl->present_as(DeviceType::PrivateUse1, index);
+  };
+  try {
+    at::native::cpu_fallback(op, stack);
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("resize_", resize_);
+  m.impl("_reshape_alias", reshape_alias);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("view", view);
+  m.impl("unfold", unfold);
+  m.impl("record_stream", record_stream);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+}
+
+// Structured ops whose composite (non-functional) form would resize a 0-d `out` tensor in the
+// CPU kernel and warn: send the functional op itself to the CPU fallback.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  // Convolutions: for backends other than CPU/CUDA the composite kernels call
+  // convolution_overrideable, which has no CPU kernel; run the CPU convolution instead.
+  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+// ---------------------------------------------------------------- autocast
+
+// Ops autocast casts on this device type: matrix products and convolutions run in the lower
+// precision, numerically sensitive ops in float32 (a subset of CUDA's lists).
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+  KERNEL_PRIVATEUSEONE(_convolution, deprecated, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(_convolution, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv1d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv2d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv3d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv1d, padding, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv2d, padding, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv3d, padding, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv_transpose1d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv_transpose2d, input, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv_transpose3d, input, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(convolution, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addmv, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addr, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(matmul, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(einsum, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(mm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(mv, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(linear, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addbmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(baddbmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(bmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(prelu, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(acos, fp32)
+  KERNEL_PRIVATEUSEONE(asin, fp32)
+  KERNEL_PRIVATEUSEONE(cosh, fp32)
+  KERNEL_PRIVATEUSEONE(erfinv, fp32)
+  KERNEL_PRIVATEUSEONE(exp, fp32)
+  KERNEL_PRIVATEUSEONE(expm1, fp32)
+  KERNEL_PRIVATEUSEONE(log, fp32)
+  KERNEL_PRIVATEUSEONE(log10, fp32)
+  KERNEL_PRIVATEUSEONE(log2, fp32)
+  KERNEL_PRIVATEUSEONE(log1p, fp32)
+  KERNEL_PRIVATEUSEONE(reciprocal, fp32)
+  KERNEL_PRIVATEUSEONE(rsqrt, fp32)
+  KERNEL_PRIVATEUSEONE(sinh, fp32)
+  KERNEL_PRIVATEUSEONE(tan, fp32)
+  KERNEL_PRIVATEUSEONE(softplus, fp32)
+  KERNEL_PRIVATEUSEONE(layer_norm, fp32)
+  KERNEL_PRIVATEUSEONE(group_norm, fp32)
+  KERNEL_PRIVATEUSEONE(cosine_similarity, fp32)
+  KERNEL_PRIVATEUSEONE(nll_loss, fp32)
+  KERNEL_PRIVATEUSEONE(nll_loss2d, fp32)
+  KERNEL_PRIVATEUSEONE(kl_div, fp32)
+  KERNEL_PRIVATEUSEONE(l1_loss, fp32)
+  KERNEL_PRIVATEUSEONE(smooth_l1_loss, fp32)
+  KERNEL_PRIVATEUSEONE(huber_loss, fp32)
+  KERNEL_PRIVATEUSEONE(mse_loss, fp32)
+  KERNEL_PRIVATEUSEONE(binary_cross_entropy_with_logits, fp32)
+  KERNEL_PRIVATEUSEONE(cdist, fp32)
+  KERNEL_PRIVATEUSEONE(cross_entropy_loss, fp32)
+  KERNEL_PRIVATEUSEONE(softmax, int, fp32)
+  KERNEL_PRIVATEUSEONE(log_softmax, int, fp32)
+  KERNEL_PRIVATEUSEONE(sum, fp32)
+  KERNEL_PRIVATEUSEONE(cumsum, fp32)
+  KERNEL_PRIVATEUSEONE(logsumexp, fp32)
+  KERNEL_PRIVATEUSEONE(norm, Scalar, fp32)
+}
+
+// ---------------------------------------------------------------- registration and Python API
+
+EmulatorHooks* hooks() {
+  static EmulatorHooks* h = [] {
+    auto* created = new EmulatorHooks();
+    at::RegisterPrivateUse1HooksInterface(created);
+    return created;
+  }();
+  return h;
+}
+
+void set_device_count(int count) {
+  TORCH_CHECK(count >= 1 && count <= kMaxDevices, "device count must be in [1, ", kMaxDevices, "]");
+  TORCH_CHECK(!g_count_frozen.load() || count == g_device_count.load(),
+              "the emulated device count can not change after the device was initialised");
+  g_device_count = count;
+}
+
+py::dict memory_stats(DeviceIndex device) {
+  const DeviceStats s = g_allocator.getDeviceStats(device);
+  py::dict out;
+  auto add = [&](const std::string& name, const c10::CachingAllocator::StatArray& arr) {
+    const auto& st = arr[kAggregate];
+    out[py::str(name + ".all.current")] = st.current;
+    out[py::str(name + ".all.peak")] = st.peak;
+    out[py::str(name + ".all.allocated")] = st.allocated;
+    out[py::str(name + ".all.freed")] = st.freed;
+  };
+  add("allocation", s.allocation);
+  add("segment", s.segment);
+  add("active", s.active);
+  add("allocated_bytes", s.allocated_bytes);
+  add("reserved_bytes", s.reserved_bytes);
+  add("active_bytes", s.active_bytes);
+  add("requested_bytes", s.requested_bytes);
+  out["num_device_alloc"] = s.num_device_alloc;
+  out["num_device_free"] = s.num_device_free;
+  out["num_alloc_retries"] = s.num_alloc_retries;
+  out["num_ooms"] = s.num_ooms;
+  return out;
+}
+
+}  // namespace emulator
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace emulator;
+  static const int registered = [] {
+    pthread_atfork(nullptr, nullptr, &child_after_fork);
+    hooks();
+    return 1;
+  }();
+  (void)registered;
+  m.def("set_device_count", &set_device_count, "Number of emulated devices (before first use).");
+  m.def("device_count", [] { return static_cast<int>(device_count()); });
+  m.def("current_device", [] { return static_cast<int>(current_device()); });
+  m.def("set_device", [](int index) { set_device(static_cast<DeviceIndex>(index)); });
+  m.def("init", &lazy_init, "Initialise the device (what the first allocation does).");
+  m.def("is_initialized", [] { return g_initialized.load(); });
+  m.def("is_in_bad_fork", [] { return g_in_bad_fork.load(); });
+  m.def("memory_stats", [](int d) { return memory_stats(static_cast<DeviceIndex>(d)); });
+  m.def("reset_peak_memory_stats", [](int d) { g_allocator.resetPeakStats(static_cast<DeviceIndex>(d)); });
+  m.def("reset_accumulated_memory_stats",
+        [](int d) { g_allocator.resetAccumulatedStats(static_cast<DeviceIndex>(d)); });
+  m.def("mem_get_info", [](int d) { return g_allocator.getMemoryInfo(static_cast<DeviceIndex>(d)); });
+  m.def("set_total_memory", [](int64_t bytes) { g_total_memory = bytes; });
+  m.def("default_generator", [](int d) { return default_generator(static_cast<DeviceIndex>(d)); });
+}

@@ -1,0 +1,107 @@
+"""The emulated accelerator itself (tests/emulator): what it must do for the device-generic suite to mean something.
+
+Each check runs in a fresh interpreter, because a process hosts one PrivateUse1 backend under one
+name and the fork checks need a parent in a known state. The device names are the PrivateUse1
+vendors' (npu, sdaa, mlu, musa) and a neutral one the package's table does not know.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import AUTOLOAD, SRC, TESTS, run_python
+
+NAMES = ["npu", "sdaa", "mlu", "musa", "emu"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "LIGHTNING_ANYACCEL_EMULATE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(SRC)])
+    return {**env, **extra}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_emulated_device_and_lightning_fit(name):
+    """Memory statistics, device guard, copies, CPU-kernel compute equal to CPU's, autocast, GradScaler,
+    RNG, storage resize, save/load and the bad-fork state; then (npu, and the name the package does not
+    know, described with ``register_device``) a bf16-mixed Lightning fit on it. The device-generic suite
+    (``pytest -m device_generic --device emulated:npu``) trains on it in depth."""
+    fit = name in ("npu", "emu")
+    proc = run_python(["-m", "emulator.selfcheck", name, *(["--fit"] if fit else [])], env=_env(), cwd=TESTS,
+                      timeout=240)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-4000:]
+    assert not fit or "FIT OK" in proc.stdout, proc.stdout[-4000:]
+
+
+def test_one_variable_makes_the_device_exist_in_any_process(tmp_path):
+    """The autoload hook: LIGHTNING_ANYACCEL_EMULATE + PYTHONPATH, no code in the script."""
+    code = "import torch; print(torch.accelerator.current_accelerator(), torch.accelerator.device_count())"
+    env = _env(LIGHTNING_ANYACCEL_EMULATE="mlu:3")
+    env["PYTHONPATH"] = os.pathsep.join([str(AUTOLOAD), env["PYTHONPATH"]])
+    proc = run_python(["-c", code], env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "mlu 3", proc.stdout[-2000:]
+    plain = run_python(["-c", code], env=_env(), cwd=tmp_path, timeout=120)
+    assert plain.stdout.strip().splitlines()[-1] == "None 0", plain.stdout[-2000:]
+
+
+def test_a_second_name_in_one_process_is_refused():
+    code = ("import emulator; emulator.load('npu')\n"
+            "try:\n    emulator.load('mlu')\nexcept RuntimeError as err:\n    print('REFUSED', err)\n")
+    proc = run_python(["-c", code], env=_env(), cwd=TESTS, timeout=120)
+    assert "REFUSED" in proc.stdout and "already loaded as 'npu'" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_build_is_cached():
+    """A second build finds the compiled library and compiles nothing (what `make emulator` relies on)."""
+    sys.path.insert(0, str(TESTS))
+    from emulator import _build_ext
+
+    lib = _build_ext.build()
+    mtime = lib.stat().st_mtime
+    assert _build_ext.build() == lib and lib.stat().st_mtime == mtime
+    assert Path(lib).parent.name.startswith("torch-")
+
+
+def test_validation_record_says_what_ran(tmp_path):
+    """The record `--validation-record` writes: counts, failed tests, features by test name, level."""
+    import tomllib
+
+    from conftest import DeviceUnderTest
+    from validation_record import _toml_value, build_record
+
+    outcomes = {"tests/test_trainer_cpu.py::test_ddp_two_processes[any_ddp]": "passed",
+                "tests/test_trainer_cpu.py::test_bf16_mixed_autocast_active_in_training_step": "passed",
+                "tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp2]": "failed",
+                "tests/test_trainer_cpu.py::test_fork_refused_after_the_parent_initialised_the_device": "skipped"}
+    record = build_record(DeviceUnderTest(type="cpu", emulated=False, backend="gloo", spec="cpu"), outcomes, "pytest")
+    assert (record["passed"], record["failed"], record["skipped"]) == (2, 1, 1)
+    assert record["failed_tests"] == ["tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp2]"]
+    assert record["features"]["ddp"] == "passed" and record["features"]["fsdp2"] == "failed"
+    assert "fork_safety" not in record["features"]  # skipped tests prove nothing
+    text = "[devices.cpu.hardware]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in record.items())
+    assert tomllib.loads(text)["devices"]["cpu"]["hardware"]["features"]["mixed_precision"] == "passed"
+
+
+def test_support_matrix_levels_come_from_validation_toml():
+    """The docs' three levels: nothing claims more than its level's sub-table of validation.toml says."""
+    import importlib.util
+    import tomllib
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("anyaccel_docs", ROOT / "docs" / "_ext" / "anyaccel_docs.py")
+    docs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(docs)
+    devices = tomllib.loads((ROOT / "docs" / "validation.toml").read_text())["devices"]
+    assert docs._feature_cell(devices["npu"], "fsdp2") == "E"
+    assert docs._feature_cell(devices["npu"], "deepspeed") == "-"
+    assert docs._feature_cell(devices["xpu"], "ddp") == "S"
+    assert docs._feature_cell(devices["cpu"], "ddp") == "H"
+    assert docs._level_text(devices["cuda"], "hardware") == "no"  # no GPU ever ran the suite
+    for entry in devices.values():
+        assert entry["status"] == next((lv for lv in docs.LEVELS if lv in entry), "untested")
