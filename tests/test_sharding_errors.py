@@ -106,3 +106,19 @@ def test_deepspeed_device_rank_on_cpu_is_the_local_rank():
     strategy = _trainer(strategy="any_deepspeed").strategy
     assert strategy.root_device.index is None  # what Lightning hands DeepSpeed: a TypeError inside it
     assert strategy.device_rank == strategy.local_rank == 0
+
+
+def test_deepspeed_refuses_a_device_without_its_vendor_package(monkeypatch) -> None:
+    """DeepSpeed's accelerator for a vendor device imports the vendor package; without it, refuse before starting."""
+    import dataclasses
+
+    from lightning_anyaccel.devices import get_spec
+    from lightning_anyaccel.strategies import AnyDeepSpeedStrategy, ShardingNotSupportedError
+    from lightning_anyaccel.strategies import sharding
+
+    strategy = AnyDeepSpeedStrategy(stage=2, parallel_devices=[torch.device("cpu")] * 2)
+    spec = dataclasses.replace(get_spec("cpu"), vendor_module="not_an_installed_vendor.torch")
+    monkeypatch.setattr(sharding.AnyShardedMixin, "_spec", property(lambda self: spec))
+    monkeypatch.setattr(sharding.AnyDistributedMixin, "_check_setup", lambda self: None)
+    with pytest.raises(ShardingNotSupportedError, match="needs `not_an_installed_vendor.torch`, which is not installed"):
+        strategy._check_setup()

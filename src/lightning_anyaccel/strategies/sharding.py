@@ -343,6 +343,24 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         super()._validate_device_setup()
 
     @override
+    def _check_setup(self) -> None:
+        """Also refuse a device whose vendor package (which DeepSpeed's accelerator imports) is missing.
+
+        DeepSpeed's accelerator for a vendor device imports the vendor's package (``torch_npu``,
+        ``habana_frameworks.torch``, ...). Without it, DeepSpeed falls back to its CPU accelerator
+        while the tensors live on the device, and its start-up waits forever (seen with a device
+        registered by another PrivateUse1 backend). Checked in every worker, before Lightning's setup.
+        """
+        super()._check_setup()
+        module = self._spec.vendor_module
+        if module is not None and importlib.util.find_spec(module.split(".")[0]) is None:
+            raise ShardingNotSupportedError(
+                f"DeepSpeed's {self.deepspeed_accelerator!r} accelerator needs `{module}`, which is not installed here"
+                f" (the {self.device_type!r} device comes from another backend). Use strategy='any_fsdp' or"
+                " 'any_fsdp2', which need nothing beyond torch."
+            )
+
+    @override
     def _finish_setup(self) -> None:
         """Also refuse a DeepSpeed that already picked another accelerator in this process."""
         super()._finish_setup()
