@@ -68,6 +68,7 @@ UV_COMPILE = $(PYTHON) -m uv pip compile -q --generate-hashes --universal --pyth
 lock: install
 	$(UV_COMPILE) pyproject.toml requirements/dev.in --extra test --extra docs --extra bench --extra deepspeed -o $(LOCK)
 	$(UV_COMPILE) requirements/compat-oldest.in -o requirements/compat-oldest.lock
+	$(PYTHON) requirements/drop_unreachable.py $(LOCK) requirements/compat-oldest.lock
 
 # The contract tests and a short real fit (both front ends) on each end of the supported Lightning
 # range: `newest` is this environment ($(LOCK)); `oldest` is a cached venv in $(COMPAT_DIR) built from
