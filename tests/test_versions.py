@@ -141,3 +141,14 @@ def test_the_checker_catches_an_open_range():
     for bad in ("lightning", "lightning>=2.5,<2.7", "pytorch-lightning>2.6"):
         assert any(Requirement(bad).specifier.contains(v) for v in COMPROMISED), bad
     assert not any(Requirement("lightning>=2.5,!=2.6.2,!=2.6.3,<2.7").specifier.contains(v) for v in COMPROMISED)
+
+
+def test_the_install_page_and_readme_state_the_tested_versions():
+    page = (ROOT / "docs" / "installation.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for version in TESTED.values():
+        assert version in page, f"docs/installation.md must say that {version} was tested"
+        assert version in readme, f"README.md must say that {version} was tested"
+    assert re.search(r"## Tested versions\n\n.*ran on \d{4}-\d{2}-\d{2}", page, re.S), "the tested versions need a date"
+    assert "GHSA-w37p-236h-pfx3" in page and "2.6.2 and 2.6.3" in page
+    assert "after the first release" in readme and "after the first release" in page
