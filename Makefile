@@ -81,12 +81,14 @@ COMPAT_OLDEST := $(COMPAT_DIR)/oldest
 COMPAT_PYTHON_oldest = $(COMPAT_OLDEST)/bin/python
 export UV_CACHE_DIR ?= $(abspath $(COMPAT_DIR))/uv-cache
 
+# --compile-bytecode: like pip, so that no process pays for compiling torch and Lightning (not even
+# where PYTHONDONTWRITEBYTECODE is set); the DDP test starts two of them.
 $(COMPAT_OLDEST)/.installed: requirements/compat-oldest.lock | install
 	rm -rf $(COMPAT_OLDEST) && mkdir -p $(COMPAT_DIR)/wheels
 	$(PYTHON) -m pip download -q --no-deps "$(TORCH_SPEC)" -d $(COMPAT_DIR)/wheels
 	$(PYTHON) -m uv venv -q --python $(PYTHON) $(COMPAT_OLDEST)
-	$(PYTHON) -m uv pip install -q --python $(COMPAT_PYTHON_oldest) $$(ls $(COMPAT_DIR)/wheels/torch-*.whl | tail -n1)
-	$(PYTHON) -m uv pip install -q --python $(COMPAT_PYTHON_oldest) --require-hashes --no-deps -r requirements/compat-oldest.lock
+	$(PYTHON) -m uv pip install -q --compile-bytecode --python $(COMPAT_PYTHON_oldest) $$(ls $(COMPAT_DIR)/wheels/torch-*.whl | tail -n1)
+	$(PYTHON) -m uv pip install -q --compile-bytecode --python $(COMPAT_PYTHON_oldest) --require-hashes --no-deps -r requirements/compat-oldest.lock
 	@touch $@
 
 compat-env-newest: install
