@@ -6,23 +6,26 @@
 VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
-DEEPSPEED_SPEC ?= deepspeed==0.19.8
 STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
+# The dev/CI tools and the package's dependencies, pinned with hashes (`make lock` regenerates it).
+LOCK := requirements/dev.lock
 
-.PHONY: install run test emulator bench docs lab clean
+.PHONY: install run test emulator bench docs lab clean lock test-compat
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(VENV)/bin/python
-	@# never replace a torch that is already importable (vendor builds)
+$(STAMP): pyproject.toml $(LOCK) | $(VENV)/bin/python
+	@# torch stays outside the lock: never replace one that is already importable (vendor builds)
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH_SPEC)"
-	$(PYTHON) -m pip install -e ".[test,docs]"
-	@# DeepSpeed for the sharding tests, built without ops (they compile at first use): its
-	@# requirements other than torch first, then DeepSpeed itself with `--no-deps`, so pip can
-	@# never swap the torch build.
-	$(PYTHON) -m pip install hjson msgpack ninja py-cpuinfo "pydantic>=2" einops tqdm packaging numpy psutil
-	DS_BUILD_OPS=0 $(PYTHON) -m pip install --no-deps "$(DEEPSPEED_SPEC)"
+	@# Everything else exactly as locked, every file's hash checked. --no-deps: the lock is complete
+	@# without torch, so pip never resolves (and can never swap) torch. DeepSpeed is in the lock and
+	@# builds without ops (they compile at first use).
+	DS_BUILD_OPS=0 $(PYTHON) -m pip install --require-hashes --no-deps -r $(LOCK)
+	@# the package itself, built by the locked setuptools
+	$(PYTHON) -m pip install --no-deps --no-build-isolation -e .
+	@# a vendor environment may carry unrelated conflicts: report them, do not fail on them
+	$(PYTHON) -m pip check || echo "warning: pip check found conflicts (above) in $(PYTHON)'s environment"
 	@mkdir -p $(dir $@) && touch $@
 
 install: $(STAMP)
@@ -55,7 +58,7 @@ lab: install
 	$(PYTHON) -m jupyter lab --notebook-dir=notebooks --MappingKernelManager.default_kernel_name=$(KERNEL)
 
 clean:
-	rm -rf $(VENV) _build lightning_logs .pytest_cache notebooks/runs tests/emulator/_build
+	rm -rf $(VENV) _build lightning_logs .pytest_cache notebooks/runs tests/emulator/_build $(COMPAT_DIR)
 
 # Benchmarks (benchmarks/, docs/benchmarks.md): `make bench` (22 min on 2 shared cores at load 9-16,
 # 12 CPU-minutes), `make bench BENCH_ARGS=--quick`;
@@ -64,3 +67,46 @@ BENCH_ARGS ?=
 bench: install
 	$(PYTHON) -c "import matplotlib" 2>/dev/null || $(PYTHON) -m pip install -e ".[bench]"
 	$(PYTHON) -m benchmarks $(BENCH_ARGS)
+
+# Regenerate the locks from pyproject.toml and requirements/*.in (hashes of every file; torch
+# overridden out, see requirements/no-torch.txt). `make lock LOCK_ARGS=--upgrade` moves to newer
+# releases; without it, versions already in the lock are kept.
+LOCK_ARGS ?=
+UV_COMPILE = $(PYTHON) -m uv pip compile -q --generate-hashes --universal --python-version 3.10 \
+	--overrides requirements/no-torch.txt --custom-compile-command "make lock" $(LOCK_ARGS)
+lock: install
+	$(UV_COMPILE) pyproject.toml requirements/dev.in --extra test --extra docs --extra bench --extra deepspeed -o $(LOCK)
+	$(UV_COMPILE) requirements/compat-oldest.in -o requirements/compat-oldest.lock
+	$(PYTHON) requirements/drop_unreachable.py $(LOCK) requirements/compat-oldest.lock
+
+# The contract tests and a short real fit (both front ends) on each end of the supported Lightning
+# range: `newest` is this environment ($(LOCK)); `oldest` is a cached venv in $(COMPAT_DIR) built from
+# requirements/compat-oldest.lock and the same torch. `make test` already runs these files on the
+# newest end, so CI runs `make test-compat COMPAT_ENDS=oldest`.
+COMPAT_DIR ?= .compat
+COMPAT_ENDS ?= newest oldest
+COMPAT_TESTS ?= $(wildcard tests/test_lightning_contract.py) tests/test_compat_fit.py
+COMPAT_OLDEST := $(COMPAT_DIR)/oldest
+COMPAT_PYTHON_oldest = $(COMPAT_OLDEST)/bin/python
+export UV_CACHE_DIR ?= $(abspath $(COMPAT_DIR))/uv-cache
+
+# --compile-bytecode: like pip, so that no process pays for compiling torch and Lightning (not even
+# where PYTHONDONTWRITEBYTECODE is set); the DDP test starts two of them.
+$(COMPAT_OLDEST)/.installed: requirements/compat-oldest.lock | install
+	rm -rf $(COMPAT_OLDEST) && mkdir -p $(COMPAT_DIR)/wheels
+	$(PYTHON) -m pip download -q --no-deps "$(TORCH_SPEC)" -d $(COMPAT_DIR)/wheels
+	$(PYTHON) -m uv venv -q --python $(PYTHON) $(COMPAT_OLDEST)
+	$(PYTHON) -m uv pip install -q --compile-bytecode --python $(COMPAT_PYTHON_oldest) $$(ls $(COMPAT_DIR)/wheels/torch-*.whl | tail -n1)
+	$(PYTHON) -m uv pip install -q --compile-bytecode --python $(COMPAT_PYTHON_oldest) --require-hashes --no-deps -r requirements/compat-oldest.lock
+	@touch $@
+
+compat-env-newest: install
+compat-env-oldest: $(COMPAT_OLDEST)/.installed
+.PHONY: compat-env-newest compat-env-oldest
+
+test-compat: $(addprefix compat-env-,$(COMPAT_ENDS))
+	@set -e; for end in $(COMPAT_ENDS); do \
+	  py=$$( [ $$end = oldest ] && echo $(COMPAT_PYTHON_oldest) || echo $(PYTHON) ); \
+	  echo "== $$end end: $$($$py -c 'import lightning, pytorch_lightning, torch; print("lightning", lightning.__version__, "pytorch_lightning", pytorch_lightning.__version__, "torch", torch.__version__)')"; \
+	  $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS); \
+	done

@@ -43,7 +43,7 @@ from lightning_anyaccel.strategies import (  # noqa: E402
     ShardingNotSupportedError,
 )
 
-__version__ = "0.1.0"
+from lightning_anyaccel._version import __version__  # noqa: E402
 
 
 def register() -> None:

@@ -1,12 +1,31 @@
-"""The PyTorch floor, checked at import with a message instead of a pip upgrade.
+"""What this torch offers: the version floor, checked at import, and feature detection above it.
 
-torch >= 2.8 because the package calls ``torch.accelerator.memory_stats`` /
-``empty_cache`` / ``set_device_index`` (2.8), ``torch.get_device_module`` (2.3),
-``torch.amp.is_autocast_available`` and ``torch.get_autocast_dtype`` (2.4), and stock XPU
-builds ship the ``xccl`` backend from 2.8 on.
+**The floor, torch >= 2.8.** Stock XPU wheels ship the ``xccl`` collective backend from 2.8 on
+(multi-device training on Intel GPUs needs it), and everything the package calls unconditionally is
+older: ``torch.accelerator`` with ``current_accelerator(check_available=...)``,
+``set_device_index`` / ``current_device_index`` (2.6/2.7), ``torch.get_device_module``,
+``torch.amp.is_autocast_available``, ``torch.get_autocast_dtype``, the public
+``torch.distributed.fsdp.fully_shard`` (2.6).
+
+**Above the floor, detected, never assumed.** Newer device-generic APIs are looked up when they are
+called (so tests can fake their presence and absence) and preferred where present; without them
+the package uses the device module (``torch.xpu``, ``torch_npu``'s ``torch.npu``, ...):
+
+- ``torch.accelerator.memory_stats`` / ``empty_cache`` (memory through ``torch.accelerator``, not in
+  the 2.7/2.8 API listings);
+- ``torch.accelerator.random.manual_seed_all`` (accelerator RNG, proposed in 2026 for 2.14+);
+- the ``*_index`` names over the deprecated ``*_idx`` ones (``set_device_index``);
+- ``current_accelerator(check_available=True)``, which also asks whether a device is usable.
+
+:func:`torch_features` lists what this torch has (``python -m lightning_anyaccel.verify`` shows
+the versions; docs/installation.md the vendor stacks and their torch).
 """
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -28,3 +47,66 @@ def check_torch(version: str = torch.__version__) -> None:
             f"lightning-anyaccel needs torch >= {'.'.join(map(str, MIN_TORCH))}, found {version}."
             " Install a newer build of your vendor's torch (the package never upgrades torch for you)."
         )
+
+
+def accelerator_function(*names: str) -> Callable[..., Any] | None:
+    """The first of ``torch.accelerator.<name>`` that this torch has, else ``None``.
+
+    Names go newest first, e.g. ``accelerator_function("set_device_index", "set_device_idx")``.
+    Looked up on every call, never cached.
+
+    >>> accelerator_function("no_such_api") is None
+    True
+    >>> accelerator_function("device_count") is torch.accelerator.device_count
+    True
+    """
+    for name in names:
+        fn = getattr(torch.accelerator, name, None)
+        if callable(fn):
+            return fn
+    return None
+
+
+def accelerator_random() -> Any | None:
+    """``torch.accelerator.random`` (device-generic RNG) when this torch has it, else ``None``."""
+    module = getattr(torch.accelerator, "random", None)
+    if module is None:
+        try:
+            module = importlib.import_module("torch.accelerator.random")
+        except ImportError:
+            return None
+    return module if callable(getattr(module, "manual_seed_all", None)) else None
+
+
+def current_accelerator() -> torch.device | None:
+    """The accelerator PyTorch was built for *and* can use now, else ``None``.
+
+    Uses ``current_accelerator(check_available=True)``; a torch whose ``current_accelerator``
+    takes no ``check_available`` gets the same answer from ``torch.accelerator.is_available()``.
+    Does not poison ``fork`` (PyTorch documents the check as fork-safe).
+    """
+    try:
+        return torch.accelerator.current_accelerator(check_available=True)
+    except TypeError:  # no keyword: compile-time answer, checked at run time here
+        device = torch.accelerator.current_accelerator()
+        return device if device is not None and torch.accelerator.is_available() else None
+
+
+def torch_features() -> dict[str, bool]:
+    """Which detected APIs this torch has (``True``: the package uses it; ``False``: the fallback).
+
+    >>> sorted(torch_features())
+    ['accelerator.current_accelerator(check_available)', 'accelerator.empty_cache', 'accelerator.memory_stats', 'accelerator.random', 'accelerator.set_device_index']
+    """
+    try:
+        torch.accelerator.current_accelerator(check_available=False)
+        check_available = True
+    except TypeError:
+        check_available = False
+    return {
+        "accelerator.current_accelerator(check_available)": check_available,
+        "accelerator.memory_stats": accelerator_function("memory_stats") is not None,
+        "accelerator.empty_cache": accelerator_function("empty_cache") is not None,
+        "accelerator.set_device_index": accelerator_function("set_device_index") is not None,
+        "accelerator.random": accelerator_random() is not None,
+    }

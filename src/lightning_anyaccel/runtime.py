@@ -3,7 +3,9 @@
 Each function takes a device type (``"xpu"``, ``"hpu"``, ...) and answers through
 ``torch.accelerator`` / ``torch.get_device_module`` plus what :mod:`lightning_anyaccel.devices`
 says about that type. Nothing here branches on a device name, and nothing initialises a
-device unless its docstring says so (counting devices must stay fork-safe).
+device unless its docstring says so (counting devices must stay fork-safe). ``torch.accelerator``
+APIs newer than the torch floor are feature-detected in :mod:`lightning_anyaccel._compat` and
+preferred where present; the device module is the fallback.
 
 Example:
     >>> detect_device_type() in DEVICE_TABLE
@@ -23,6 +25,7 @@ from typing import Any
 
 import torch
 
+from lightning_anyaccel import _compat
 from lightning_anyaccel.devices import DEVICE_TABLE, get_spec
 
 
@@ -55,7 +58,7 @@ def import_vendor_module(device_type: str) -> bool:
 
 
 def detect_device_type() -> str:
-    """The device type PyTorch reports as its current accelerator, else ``"cpu"``.
+    """The device type PyTorch reports as its current, usable accelerator, else ``"cpu"``.
 
     Vendor packages named in the device table that are installed but not yet imported are
     imported first, so that e.g. Gaudi is found without ``import habana_frameworks.torch``.
@@ -64,7 +67,7 @@ def detect_device_type() -> str:
     >>> detect_device_type()  # on a machine without accelerators
     'cpu'
     """
-    accelerator = torch.accelerator.current_accelerator()
+    accelerator = _compat.current_accelerator()
     if accelerator is not None:
         return accelerator.type
     for spec in DEVICE_TABLE.values():
@@ -73,7 +76,7 @@ def detect_device_type() -> str:
                 import_vendor_module(spec.type)
             except Exception:  # a broken vendor install must not break CPU users
                 continue
-            accelerator = torch.accelerator.current_accelerator()
+            accelerator = _compat.current_accelerator()
             if accelerator is not None:
                 return accelerator.type
     return "cpu"
@@ -150,7 +153,9 @@ def is_initialized(device_type: str) -> bool:
 def seed(device_type: str, value: int) -> bool:
     """Seed every ``device_type`` generator with ``value`` through the device module.
 
-    Returns whether a seeding function was found. CPU is seeded by ``torch.manual_seed``.
+    Returns whether a seeding function was found. CPU is seeded by ``torch.manual_seed``. The
+    current accelerator is seeded by ``torch.accelerator.random.manual_seed_all`` where this torch
+    has it, other device types by their device module's functions (``spec.seed_functions``).
 
     >>> seed("cpu", 0)
     False
@@ -158,6 +163,10 @@ def seed(device_type: str, value: int) -> bool:
     spec = get_spec(device_type)
     if not spec.seed_functions:
         return False
+    random = _compat.accelerator_random()
+    if random is not None and _is_current(device_type):
+        random.manual_seed_all(value)
+        return True
     module = device_module(device_type)
     for name in spec.seed_functions:
         fn = getattr(module, name, None)
@@ -191,9 +200,9 @@ def memory_stats(device: torch.device) -> dict[str, Any]:
             "allocated_bytes": module.current_allocated_memory(),
             "driver_allocated_bytes": module.driver_allocated_memory(),
         }
-    current = torch.accelerator.current_accelerator()
-    if source == "accelerator" and current is not None and current.type == device.type:
-        return dict(torch.accelerator.memory_stats(device.index))
+    stats = _compat.accelerator_function("memory_stats")
+    if source == "accelerator" and stats is not None and _is_current(device.type):
+        return dict(stats(device.index))
     return dict(module.memory_stats(device))
 
 
@@ -201,9 +210,9 @@ def empty_cache(device_type: str) -> None:
     """Release cached, unused memory of ``device_type`` back to the driver (no-op on CPU)."""
     if device_type == "cpu" or not is_available(device_type):
         return
-    current = torch.accelerator.current_accelerator()
-    if current is not None and current.type == device_type:
-        torch.accelerator.empty_cache()
+    accelerator_empty_cache = _compat.accelerator_function("empty_cache")
+    if accelerator_empty_cache is not None and _is_current(device_type):
+        accelerator_empty_cache()
         return
     fn = getattr(device_module(device_type), "empty_cache", None)
     if callable(fn):
@@ -214,8 +223,14 @@ def set_device_index(device: torch.device) -> None:
     """Make ``device`` the current device of this process (no-op on CPU and for index-less devices)."""
     if device.type == "cpu" or device.index is None:
         return
-    current = torch.accelerator.current_accelerator()
-    if current is not None and current.type == device.type:
-        torch.accelerator.set_device_index(device.index)
+    set_index = _compat.accelerator_function("set_device_index", "set_device_idx")
+    if set_index is not None and _is_current(device.type):
+        set_index(device.index)
     else:
         device_module(device.type).set_device(device.index)
+
+
+def _is_current(device_type: str) -> bool:
+    """Whether ``device_type`` is the accelerator ``torch.accelerator`` speaks for (the fast path)."""
+    current = torch.accelerator.current_accelerator()
+    return current is not None and current.type == device_type
