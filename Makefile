@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 DEEPSPEED_SPEC ?= deepspeed==0.19.8
 STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 
-.PHONY: install run test bench docs lab clean
+.PHONY: install run test test-snippets bench docs lab clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -32,11 +32,19 @@ run: install
 	$(PYTHON) examples/train.py --devices 2 --max-epochs 3
 	$(MAKE) --no-print-directory docs
 
+# pytest's testpaths: tests/, then the code blocks of README.md and docs/ (conftest.py). The
+# notebooks run in JupyterLab there (tests/test_lab.py, needs Chromium); without Chromium, nbmake
+# runs them instead.
 test: install
 	$(PYTHON) -m pytest
-	$(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
+	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
 
-# The documentation site, notebooks executed afresh (-E), every warning an error (-W).
+# Only the code blocks of README.md and docs/*.md, and the examples the docs show from files.
+test-snippets: install
+	$(PYTHON) -m pytest README.md docs tests/test_snippets.py
+
+# The documentation site, every warning an error (-W). The notebooks are executed, or taken from
+# the run of `make test` when it executed them from the same sources (docs/publishing.md).
 docs: install
 	$(PYTHON) -m sphinx -W --keep-going -E -b html . _build/html
 	@echo "site: _build/html/index.html"
@@ -45,7 +53,8 @@ docs: install
 KERNEL ?= lightning-anyaccel
 lab: install
 	$(PYTHON) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python ($(KERNEL))"
-	$(PYTHON) -m jupyter lab --notebook-dir=notebooks --MappingKernelManager.default_kernel_name=$(KERNEL)
+	$(PYTHON) -m jupyter lab --notebook-dir=notebooks --MappingKernelManager.default_kernel_name=$(KERNEL) \
+		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
 	rm -rf $(VENV) _build lightning_logs .pytest_cache notebooks/runs
