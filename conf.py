@@ -91,18 +91,19 @@ nbsphinx_assume_equations = False # no MathJax from a CDN on notebook pages: the
 # Every notebook page starts with where the notebook is and how to run it yourself.
 nbsphinx_prolog = r"""
 {% set name = env.docname.split('/')|last %}
-.. only:: html
+.. raw:: html
 
-   .. container:: anyaccel-notebook-links
-
-      This page is the notebook ``notebooks/{{ name }}.ipynb``, executed when this site was built.
-      :download:`Download the notebook <{{ name }}.ipynb>` (with its outputs) ·
-      `view it on GitHub <REPOSITORY/blob/BRANCH/notebooks/{{ name }}.ipynb>`__ ·
-      `open it in Colab <https://colab.research.google.com/github/OWNER/REPO/blob/BRANCH/notebooks/{{ name }}.ipynb>`__
-      (Colab needs the package and ``notebooks/tutorial.py``: clone the repository there).
-      In JupyterLab: ``make lab`` in a checkout opens ``notebooks/``, with the project's kernel
-      ``lightning-anyaccel``; then `{{ name }}.ipynb <http://localhost:8888/lab/tree/{{ name }}.ipynb>`__.
-      Test it with ``pytest --nbmake notebooks/{{ name }}.ipynb``.
+   <div class="admonition note anyaccel-notebook-links">
+   <p>This page is the notebook <code>notebooks/{{ name }}.ipynb</code>, executed when this site was
+   built. <a href="{{ name }}.ipynb" download>Download it</a> (with the outputs shown here) ·
+   <a href="REPOSITORY/blob/BRANCH/notebooks/{{ name }}.ipynb">view it on GitHub</a> ·
+   <a href="https://colab.research.google.com/github/OWNER/REPO/blob/BRANCH/notebooks/{{ name }}.ipynb">open
+   it in Colab</a> (Colab needs the package and <code>notebooks/tutorial.py</code>: clone the
+   repository there). In JupyterLab: <code>make lab</code> in a checkout opens <code>notebooks/</code>
+   with the project's kernel <code>lightning-anyaccel</code>, then
+   <a href="http://localhost:8888/lab/tree/{{ name }}.ipynb">{{ name }}.ipynb</a>. Test it with
+   <code>pytest --nbmake notebooks/{{ name }}.ipynb</code>.</p>
+   </div>
 """.replace("REPOSITORY", REPOSITORY).replace("OWNER", GITHUB_OWNER).replace("REPO", GITHUB_REPO).replace(
     "BRANCH", BRANCH)
 

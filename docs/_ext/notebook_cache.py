@@ -54,11 +54,23 @@ def problems(executed: dict[str, Any]) -> list[str]:
     return found
 
 
+def normalize(executed: dict[str, Any]) -> dict[str, Any]:
+    """A valid nbformat 4 notebook from JupyterLab's model (which writes ``"attachments": null``)."""
+    import nbformat
+
+    for cell in executed["cells"]:
+        for key in [k for k, v in cell.items() if v is None and k != "execution_count"]:
+            del cell[key]
+    nbformat.validate(nbformat.from_dict(executed))  # raises on anything else nbformat would refuse
+    return executed
+
+
 def store(notebook: Path, executed: dict[str, Any]) -> Path:
     """Keep ``executed`` (nbformat JSON) as the executed copy of ``notebook``; refuse an incomplete run."""
     found = problems(executed)
     if found:
         raise ValueError(f"{notebook.name}: not stored, the run is incomplete: {found}")
+    executed = normalize(executed)
     executed.setdefault("metadata", {})[HASH_KEY] = source_hash(notebook)
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     target = CACHE_DIR / notebook.name
