@@ -82,6 +82,10 @@ def lab(tmp_path_factory):
            "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),  # no restored layout
            "PYTHONUNBUFFERED": "1"}
+    # never save into the repository: no autosave (the test reads the executed notebook from the page)
+    settings = tmp / "config" / "lab" / "user-settings" / "@jupyterlab" / "docmanager-extension"
+    settings.mkdir(parents=True)
+    (settings / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}))
     token, port = secrets.token_hex(16), _free_port()
     cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={NOTEBOOKS}",
            f"--MappingKernelManager.default_kernel_name={KERNEL}",
@@ -151,6 +155,7 @@ PANEL_JS = """name => {
 @pytest.mark.timeout(RUN_TIMEOUT_S + 180)
 def test_notebook_runs_in_jupyterlab(lab, browser, name):
     base, token, log_path = lab
+    on_disk = (NOTEBOOKS / name).read_bytes()
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     page.set_default_timeout(60_000)
@@ -195,6 +200,7 @@ def test_notebook_runs_in_jupyterlab(lab, browser, name):
     finally:
         context.close()
     print(f"{name}: Run All took {seconds:.0f} s with kernel {kernel_name}")
+    assert (NOTEBOOKS / name).read_bytes() == on_disk, f"{name} was saved over during the test"
     assert kernel_name == KERNEL
     problems = notebook_cache.problems(executed)
     assert not problems, f"{name}: {problems}"
