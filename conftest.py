@@ -52,13 +52,29 @@ def simulate_devices(device_type: str | None, count: int = 12, namespace: dict[s
 _PATCHERS: list[pytest.MonkeyPatch] = []
 
 
+_ENVIRON: list[dict[str, str]] = []
+
+
 def _setup(namespace: dict[str, Any]) -> None:
     namespace["simulate_devices"] = simulate_devices
+    _ENVIRON.append(dict(os.environ))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _teardown(namespace: dict[str, Any]) -> None:
-    simulate_devices(None)  # a page never leaves a simulated device behind
+    """A page leaves nothing behind: no simulated device, no process group, no variables.
+
+    (A block that trains with DDP in this process sets ``MASTER_PORT`` & co. and keeps its
+    process group's port; later tests' child processes would inherit both.)
+    """
+    import torch.distributed as dist
+
+    simulate_devices(None)
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    saved = _ENVIRON.pop()
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def _makefile_targets() -> set[str]:
