@@ -25,6 +25,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 from pathlib import Path
 
 import pytest
@@ -45,7 +50,8 @@ START_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 540  # per notebook; they take 1-3 minutes on 2 CPU cores
 #: longest line of a notebook's code cell that the site shows without a scroll bar
 MAX_CODE_LINE = 86
-HOSTED_DOCS = "https://lightning-anyaccel.readthedocs.io/en/latest/docs/"
+#: notebooks link documentation pages by their hosted URL (conf.py makes them local on the site)
+HOSTED_DOCS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Documentation"].rstrip("/") + "/docs/"
 
 
 
