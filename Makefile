@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 # The dev/CI tools and the package's dependencies, pinned with hashes (`make lock` regenerates it).
 LOCK := requirements/dev.lock
 
-.PHONY: install run test emulator bench docs lab clean lock test-compat
+.PHONY: install run test test-snippets emulator bench docs lab clean lock test-compat
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -40,13 +40,21 @@ run: install
 emulator: install
 	MAX_JOBS=2 $(PYTHON) tests/emulator/_build_ext.py
 
+# pytest's testpaths: tests/, then the code blocks of README.md and docs/ (conftest.py). The
+# notebooks run in JupyterLab there (tests/test_lab.py, needs Chromium); without Chromium, nbmake
+# runs them instead. Then the device-generic tests again, on the emulated accelerator loaded as
+# `npu` (docs/emulator.md).
 test: install emulator
 	$(PYTHON) -m pytest
-	$(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
-	@# the device-generic tests again, on the emulated accelerator loaded as `npu` (docs/emulator.md)
+	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
 	$(PYTHON) -m pytest -m device_generic --device emulated:npu -q
 
-# The documentation site, notebooks executed afresh (-E), every warning an error (-W).
+# Only the code blocks of README.md and docs/*.md, and the examples the docs show from files.
+test-snippets: install
+	$(PYTHON) -m pytest README.md docs tests/test_snippets.py
+
+# The documentation site, every warning an error (-W). The notebooks are executed, or taken from
+# the run of `make test` when it executed them from the same sources (docs/publishing.md).
 docs: install
 	$(PYTHON) -m sphinx -W --keep-going -E -b html . _build/html
 	@echo "site: _build/html/index.html"
@@ -55,7 +63,8 @@ docs: install
 KERNEL ?= lightning-anyaccel
 lab: install
 	$(PYTHON) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python ($(KERNEL))"
-	$(PYTHON) -m jupyter lab --notebook-dir=notebooks --MappingKernelManager.default_kernel_name=$(KERNEL)
+	$(PYTHON) -m jupyter lab --notebook-dir=notebooks --MappingKernelManager.default_kernel_name=$(KERNEL) \
+		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
 	rm -rf $(VENV) _build lightning_logs .pytest_cache notebooks/runs tests/emulator/_build $(COMPAT_DIR)

@@ -2,22 +2,47 @@
 
 The source directory is the repository root, so that the notebooks in ``notebooks/`` are pages
 of the site as they are; ``include_patterns`` keeps Sphinx to ``docs/`` and ``notebooks/``.
-The notebooks are executed on every build (``nbsphinx_execute = "always"``); a cell that fails
-fails the build, and so does any warning (``make docs`` passes ``-W``).
+The notebooks are executed by the build (``nbsphinx_execute = "always"``) unless the test suite
+just ran them: a fresh executed copy under ``_build/executed-notebooks/`` (see
+``docs/_ext/notebook_cache.py``) is used as it is. A cell that fails fails the build, and so does
+any warning (``make docs`` passes ``-W``).
+
+Hosting (``docs/publishing.md``): Read the Docs (``.readthedocs.yaml``) and GitHub Pages
+(``.github/workflows/docs.yml``) run this same build; the canonical URL comes from the host
+(``READTHEDOCS_CANONICAL_URL``, or ``ANYACCEL_DOCS_URL`` set by the Pages workflow), else from
+``pyproject.toml``'s ``Documentation`` URL, which also names the repository for the edit links.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
+from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
 import lightning_anyaccel  # noqa: E402
+import notebook_cache  # noqa: E402
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PROJECT_URLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+REPOSITORY = PROJECT_URLS["Repository"].rstrip("/")             # https://github.com/OWNER/NAME
+GITHUB_OWNER, GITHUB_REPO = REPOSITORY.split("/")[-2:]
+BRANCH = "main"
+#: where the site is served: the host says so when it builds; else the Documentation URL
+SITE_URL = (os.environ.get("READTHEDOCS_CANONICAL_URL") or os.environ.get("ANYACCEL_DOCS_URL")
+            or PROJECT_URLS["Documentation"])
+SITE_URL = SITE_URL.rstrip("/") + "/"
 
 # nbsphinx converts markdown cells with the pandoc binary; PyPI's pypandoc-binary ships one.
 if shutil.which("pandoc") is None:
@@ -41,6 +66,8 @@ extensions = [
     "myst_parser",
     "nbsphinx",
     "sphinx_copybutton",
+    "sphinx_sitemap",
+    "notfound.extension",
     "anyaccel_docs",
 ]
 
@@ -61,12 +88,24 @@ nbsphinx_timeout = 400            # per cell; a notebook's own metadata may set 
 nbsphinx_kernel_name = "python3"  # the interpreter running Sphinx (the project's environment)
 nbsphinx_requirejs_path = ""      # no widgets here; RequireJS only clashes with the theme's scripts
 nbsphinx_assume_equations = False # no MathJax from a CDN on notebook pages: the site works offline
-nbsphinx_prolog = """
-.. note::
+# Every notebook page starts with where the notebook is and how to run it yourself.
+nbsphinx_prolog = r"""
+{% set name = env.docname.split('/')|last %}
+.. raw:: html
 
-   This page is the notebook ``{{ env.docname }}.ipynb``, executed when this site was built. Run it
-   yourself with ``make lab`` (or ``jupyter lab notebooks/``); test it with ``pytest --nbmake notebooks/``.
-"""
+   <div class="admonition note anyaccel-notebook-links">
+   <p>This page is the notebook <code>notebooks/{{ name }}.ipynb</code>, executed when this site was
+   built. <a href="{{ name }}.ipynb" download>Download it</a> (with the outputs shown here) ·
+   <a href="REPOSITORY/blob/BRANCH/notebooks/{{ name }}.ipynb">view it on GitHub</a> ·
+   <a href="https://colab.research.google.com/github/OWNER/REPO/blob/BRANCH/notebooks/{{ name }}.ipynb">open
+   it in Colab</a> (Colab needs the package and <code>notebooks/tutorial.py</code>: clone the
+   repository there). In JupyterLab: <code>make lab</code> in a checkout opens <code>notebooks/</code>
+   with the project's kernel <code>lightning-anyaccel</code>, then
+   <a href="http://localhost:8888/lab/tree/{{ name }}.ipynb">{{ name }}.ipynb</a>. Test it with
+   <code>pytest --nbmake notebooks/{{ name }}.ipynb</code>.</p>
+   </div>
+""".replace("REPOSITORY", REPOSITORY).replace("OWNER", GITHUB_OWNER).replace("REPO", GITHUB_REPO).replace(
+    "BRANCH", BRANCH)
 
 # ---- API reference ---------------------------------------------------------------------------
 autodoc_default_options = {"members": True, "show-inheritance": True}
@@ -91,5 +130,45 @@ html_static_path = ["docs/_static"]
 html_css_files = ["anyaccel.css"]
 html_copy_source = False
 html_show_sourcelink = False
+html_baseurl = SITE_URL                    # <link rel="canonical"> on every page, and the sitemap's URLs
+html_theme_options = {
+    # the repository link in the footer and "edit this page" / "view source" on every page
+    "source_repository": REPOSITORY + "/",
+    "source_branch": BRANCH,
+    "source_directory": "",                # the Sphinx source directory is the repository root
+    "top_of_page_buttons": ["view", "edit"],
+}
+# sitemap.xml at the top of the site, one <url> per page (html_baseurl + page)
+sitemap_url_scheme = "{link}"
+# 404.html (sphinx-notfound-page): its links are absolute, under the path the site is served at
+# (a local build is served at "/", as tests/test_site.py does)
+HOSTED = any(os.environ.get(key) for key in ("READTHEDOCS_CANONICAL_URL", "ANYACCEL_DOCS_URL"))
+notfound_urls_prefix = urlparse(SITE_URL).path if HOSTED else "/"
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True
+
+
+# ---- notebooks: the test suite's executed copies, and links to the hosted site ---------------
+#: notebooks link to documentation pages by their hosted URL (which JupyterLab opens rendered);
+#: on the site those links become links to the pages of this build
+HOSTED_DOCS = PROJECT_URLS["Documentation"].rstrip("/") + "/docs/"
+
+
+def _prepare_notebook(app, docname: str, source: list[str]) -> None:
+    """Use the test run's executed copy of a notebook while it is fresh; make its doc links local."""
+    if not docname.startswith("notebooks/"):
+        return
+    executed = notebook_cache.fresh(ROOT / f"{docname}.ipynb")
+    cache = notebook_cache.CACHE_DIR.relative_to(ROOT)
+    if executed is None:
+        print(f"{docname}: executing it (no fresh executed copy in {cache})")
+    else:
+        executed.setdefault("metadata", {}).setdefault("nbsphinx", {})["execute"] = "never"
+        source[0] = json.dumps(executed)
+        print(f"{docname}: using the executed copy in {cache}")
+    source[0] = re.sub(re.escape(HOSTED_DOCS) + r"([\w/-]+)\.html", r"../docs/\1.md", source[0])
+
+
+def setup(app) -> None:
+    # before anyaccel_docs' link check (priority 500), which reads the same source
+    app.connect("source-read", _prepare_notebook, priority=400)

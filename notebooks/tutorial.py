@@ -1,11 +1,17 @@
-"""The model, data and small helpers every notebook of the tutorial shares.
+"""What the notebooks of the tutorial share: the model and data, and plumbing.
+
+- The model and data (``DigitsCNN``, ``DigitsDataModule``, ``digits_splits``) and the throughput
+  callback (``EpochTimer``) are what the notebooks teach with: notebook 2 prints the model and
+  the data module, notebook 3 the training script and ``EpochTimer``. They live here because the
+  training script ``scripts/train_digits.py`` uses them too.
+- Everything else is plumbing, not part of the lesson: running commands with timeouts
+  (``run_bounded``, ``run_together``, ``free_port``, ``child_env``), HTML tables for the outputs
+  (``html_table``), quieter logs (``quiet_lightning``) and ``accuracy``.
 
 Nothing here knows about a device: the notebooks pick it with ``AnyAccelerator()`` and the
 package's device table answers every device-specific question. The data set is scikit-learn's
 ``digits`` (1,797 real 8x8 handwritten digits shipped inside the scikit-learn wheel: no
 download), split once with a fixed seed into train / validation / held-out test sets.
-
-Copy this file next to your own notebook or script to start from it.
 """
 
 from __future__ import annotations
@@ -147,7 +153,8 @@ class EpochTimer(Callback):
     """
 
     def __init__(self) -> None:
-        self.samples_per_s: list[float] = []
+        self.samples_per_s: list[float] = []        # all processes together
+        self.local_samples_per_s: list[float] = []  # this process alone
         self.epoch_s: list[float] = []
 
     @staticmethod
@@ -171,6 +178,7 @@ class EpochTimer(Callback):
         total = trainer.strategy.reduce(torch.tensor(float(self._samples)), reduce_op="sum")
         self.epoch_s.append(seconds)
         self.samples_per_s.append(float(total) / seconds)
+        self.local_samples_per_s.append(self._samples / seconds)
 
 
 # ----------------------------------------------------------------------------------------------

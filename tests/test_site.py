@@ -3,7 +3,13 @@
 Builds the site (or reuses ``_build/html`` when it is newer than every source), serves it on
 127.0.0.1 and checks, in Chromium: every page loads without console errors or failed requests and
 asks for nothing outside 127.0.0.1; the notebook pages show executed outputs and their plots; a
-search for "xccl" finds the support matrix; every internal link resolves.
+search for "xccl" finds the support matrix; every internal link resolves; what hosting needs
+(canonical URL, sitemap, 404 page, edit links, copy buttons, notebook downloads) is there; on a
+phone-sized screen, in light and dark mode, no page scrolls sideways and table text is readable.
+
+The build reuses the notebooks that ``tests/test_lab.py`` executed just before (see
+``docs/_ext/notebook_cache.py``): when their executed copies are fresh, the build must not
+execute any notebook again.
 
 Needs ``/usr/bin/chromium`` (``apt-get install -y --no-install-recommends chromium``); skipped with
 that reason when it is absent. Playwright never downloads a browser here.
@@ -24,6 +30,9 @@ from urllib.parse import urldefrag, urljoin, urlparse
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+import notebook_cache  # noqa: E402
+
 HTML = ROOT / "_build" / "html"
 CHROMIUM = os.environ.get("ANYACCEL_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -61,6 +70,7 @@ def _build_site() -> None:
     if stamp.exists() and (HTML / "index.html").exists() and stamp.stat().st_mtime > _newest_source_mtime():
         return
     shutil.rmtree(HTML, ignore_errors=True)
+    cached = [name for name in NOTEBOOK_PAGES if notebook_cache.fresh(ROOT / "notebooks" / f"{name}.ipynb")]
     cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-E", "-q", "-b", "html", ".", str(HTML)]
     proc = subprocess.Popen(cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -71,6 +81,9 @@ def _build_site() -> None:
         out, _ = proc.communicate()
         pytest.fail(f"the docs build did not finish in {BUILD_TIMEOUT_S}s:\n{out[-4000:]}")
     assert proc.returncode == 0, f"docs build failed:\n{out[-6000:]}"
+    # the notebooks the JupyterLab test just ran are not executed a second time
+    for name in cached:
+        assert f"notebooks/{name}: using the executed copy" in out, f"{name} was executed again:\n{out[-3000:]}"
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -268,3 +281,134 @@ def test_support_matrix_lists_every_device_of_the_table(site, browser):
         assert "run on hardware" in visit.page.locator("article").inner_text()
     finally:
         visit.close()
+
+
+# ---- hosting ---------------------------------------------------------------------------------
+
+
+def test_hosting_essentials(site, browser):
+    """Canonical URL, sitemap, 404 page, repository/edit links and copy buttons."""
+    import tomllib
+
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    sitemap = (HTML / "sitemap.xml").read_text()
+    for page in ("docs/index.html", "docs/installation.html", "notebooks/02_single_card.html"):
+        assert page in sitemap, f"{page} missing from sitemap.xml"
+    assert (HTML / "404.html").exists()
+    visit = PageVisit(browser, urljoin(site, "docs/installation.html"))
+    try:
+        page = visit.page
+        canonical = page.locator("link[rel=canonical]").get_attribute("href")
+        assert canonical and canonical.endswith("docs/installation.html"), canonical
+        edit = page.locator(f"a[href^='{urls['Repository']}/edit/main/docs/installation.md']")
+        assert edit.count() >= 1, "no 'edit this page' link to the repository"
+        page.locator("button.copybtn").first.wait_for(state="attached", timeout=10_000)
+    finally:
+        visit.close()
+
+
+@pytest.mark.parametrize("name", NOTEBOOK_PAGES)
+def test_notebook_pages_link_the_notebook(site, browser, name):
+    """A download of the executed notebook, and links to open it elsewhere, on every notebook page."""
+    visit = PageVisit(browser, urljoin(site, f"notebooks/{name}.html"))
+    try:
+        links = visit.page.locator(".anyaccel-notebook-links a")
+        hrefs = [links.nth(i).get_attribute("href") or "" for i in range(links.count())]
+        downloads = [h for h in hrefs if h.endswith(f"{name}.ipynb") and not h.startswith("http")]
+        assert downloads, hrefs
+        downloaded = HTML / "notebooks" / downloads[0]
+        assert downloaded.resolve().is_file(), downloads[0]
+        assert '"outputs"' in downloaded.read_text() and '"image/png"' in downloaded.read_text() or \
+            name not in NOTEBOOKS_WITH_PLOTS
+        assert any("colab.research.google.com" in h for h in hrefs), hrefs
+        assert any("/lab/tree/" in h for h in hrefs), hrefs
+    finally:
+        visit.close()
+
+
+def test_notebook_code_fits_the_page(site, browser):
+    """On a laptop-sized screen, no code cell of a notebook page needs a horizontal scroll bar."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        page = context.new_page()
+        wide = {}
+        for name in NOTEBOOK_PAGES:
+            page.goto(urljoin(site, f"notebooks/{name}.html"), wait_until="load")
+            cells = page.evaluate("""() => [...document.querySelectorAll('div.nbinput pre')]
+                .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+                .map(pre => pre.textContent.split('\\n').reduce((a, b) => a.length > b.length ? a : b))""")
+            if cells:
+                wide[name] = cells
+        assert not wide, f"code lines wider than the page: {wide}"
+    finally:
+        context.close()
+
+
+# ---- small screens and dark mode --------------------------------------------------------------
+
+#: contrast ratio of a table cell's text against its background (WCAG AA for normal text)
+CONTRAST_JS = """() => {
+    const rgb = s => (s.match(/[\\d.]+/g) || []).map(Number);
+    const lum = ([r, g, b]) => {
+        const c = [r, g, b].map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+        return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2];
+    };
+    const background = el => {
+        for (; el; el = el.parentElement) {
+            const c = rgb(getComputedStyle(el).backgroundColor);
+            if (c.length >= 3 && (c.length < 4 || c[3] > 0.5)) return c;
+        }
+        return [255, 255, 255];
+    };
+    const worst = [];
+    for (const cell of document.querySelectorAll('article table td, article table th')) {
+        if (!cell.textContent.trim()) continue;
+        const [a, b] = [lum(rgb(getComputedStyle(cell).color)), lum(background(cell))];
+        const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+        if (ratio < 4.5) worst.push(cell.textContent.trim().slice(0, 40) + ' (' + ratio.toFixed(2) + ')');
+    }
+    return worst.slice(0, 5);
+}"""
+
+OVERFLOW_JS = """() => {
+    const width = document.documentElement.clientWidth;
+    const page = document.documentElement.scrollWidth - width;
+    // a table may be wider than the screen only inside a container that scrolls by itself
+    const tables = [...document.querySelectorAll('article table')].filter(t => {
+        if (t.getBoundingClientRect().right <= width + 1) return false;
+        for (let el = t.parentElement; el; el = el.parentElement) {
+            const o = getComputedStyle(el).overflowX;
+            if ((o === 'auto' || o === 'scroll') && el.clientWidth <= width) return false;
+        }
+        return true;
+    });
+    return {page, tables: tables.length};
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_phone_screen_no_sideways_scrolling_and_readable_tables(site, browser, scheme):
+    context = browser.new_context(viewport={"width": 375, "height": 740}, device_scale_factor=2,
+                                  is_mobile=True, has_touch=True, color_scheme=scheme)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        problems = {}
+        for rel in _all_pages():
+            if rel == "index.html":
+                continue  # the entry point only redirects (test_entry_point_redirects_to_start_page)
+            page.goto(urljoin(site, rel), wait_until="load")
+            overflow = page.evaluate(OVERFLOW_JS)
+            unreadable = page.evaluate(CONTRAST_JS)
+            issues = []
+            if overflow["page"] > 1:
+                issues.append(f"page scrolls sideways by {overflow['page']}px")
+            if overflow["tables"]:
+                issues.append(f"{overflow['tables']} table(s) wider than the screen without a scroll container")
+            if unreadable:
+                issues.append(f"table text with contrast < 4.5: {unreadable}")
+            if issues:
+                problems[rel] = issues
+        assert not problems, f"{scheme} mode, 375px wide: {problems}"
+    finally:
+        context.close()

@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     trainer.fit(model, data)
     val_acc = float(trainer.callback_metrics["val_acc"])
     test_acc = float(trainer.test(model, data, verbose=False)[0]["test_acc"])
+    # every process's own throughput in the last epoch, gathered to every process (rank order)
+    mine = torch.tensor([timer.local_samples_per_s[-1]], device=trainer.strategy.root_device)
+    per_rank = trainer.strategy.all_gather(mine).reshape(-1).tolist()
     if trainer.is_global_zero:
         results = {
             "device": str(trainer.strategy.root_device.type),
@@ -98,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
             "train_batches_per_epoch_per_process": trainer.num_training_batches,
             "epochs": args.epochs,
             "samples_per_s": timer.samples_per_s,
+            "samples_per_s_per_rank": per_rank,
+            "node_of_rank": [rank // args.devices for rank in range(trainer.world_size)],
             "epoch_s": timer.epoch_s,
             "val_acc": val_acc,
             "test_acc": test_acc,

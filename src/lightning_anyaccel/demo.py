@@ -14,12 +14,22 @@ from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader, TensorDataset
 
 
-def demo_data(n: int = 256, features: int = 16, seed: int = 0) -> TensorDataset:
-    """A deterministic regression data set: ``y = X @ w + noise``."""
+def demo_data(n: int = 256, features: int = 16, seed: int = 0, split: str = "train") -> TensorDataset:
+    """A deterministic regression data set: ``y = X @ w + noise``.
+
+    ``seed`` fixes the problem (the weight ``w``) and the training samples. ``split="val"`` gives
+    ``n // 4`` new samples of the **same** problem (same ``w``): held-out data to validate on.
+    A different ``seed`` is a different problem, not held-out data.
+    """
+    if split not in ("train", "val"):
+        raise ValueError(f'split must be "train" or "val", not {split!r}')
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(n, features, generator=generator)
     w = torch.randn(features, 1, generator=generator)
-    y = x @ w + 0.01 * torch.randn(n, 1, generator=generator)
+    if split == "val":
+        generator = torch.Generator().manual_seed(seed + 1_000_003)  # other samples, same w
+        x = torch.randn(n // 4, features, generator=generator)
+    y = x @ w + 0.01 * torch.randn(len(x), 1, generator=generator)
     return TensorDataset(x, y)
 
 

@@ -1,0 +1,137 @@
+"""The code blocks of README.md and docs/*.md are tests (Sybil): ``make test-snippets``.
+
+Every ```python block runs, top to bottom, one namespace per file, so a block may use the
+names of the blocks before it on the same page. Every ```bash block is checked without running
+anything heavy: each command's program must exist, ``make`` targets must be targets of the
+Makefile (``make -n``), ``python -m``/``pip install -e`` must name a module / this checkout.
+Code shown from files (``literalinclude``) is not a block here: those files are run by the tests.
+
+Blocks for hardware CI does not have (``accelerator="xpu"``, ``devices=12``) run against
+simulated devices: an invisible block (an HTML/MyST comment the page does not show)
+``simulate_devices("xpu", 12)`` makes this process see 12 xpu devices (``tests/fakes.py``),
+enough to build every ``Trainer``/``Fabric`` of the page; ``simulate_devices(None)`` ends it.
+A block that can not run anywhere here says why in a visible ``skip`` comment.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sybil import Sybil
+from sybil.parsers.myst import ClearNamespaceParser, CodeBlockParser, PythonCodeBlockParser, SkipParser
+
+ROOT = Path(__file__).resolve().parent
+#: pages whose code blocks are tests
+SNIPPET_PAGES = ["README.md", "docs/*.md"]
+
+
+def simulate_devices(device_type: str | None, count: int = 12, namespace: dict[str, Any] | None = None) -> None:
+    """Make this process see ``count`` simulated ``device_type`` devices; ``None`` ends the simulation."""
+    patcher = _PATCHERS.pop() if _PATCHERS else None
+    if patcher is not None:
+        patcher.undo()
+    if device_type is None:
+        return
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fakes import install_fake_device
+
+    patcher = pytest.MonkeyPatch()
+    spec = __import__("lightning_anyaccel").get_spec(device_type)
+    install_fake_device(patcher, device_type, count=count, backend=spec.backend)
+    _PATCHERS.append(patcher)
+
+
+_PATCHERS: list[pytest.MonkeyPatch] = []
+
+
+_ENVIRON: list[dict[str, str]] = []
+
+
+def _setup(namespace: dict[str, Any]) -> None:
+    namespace["simulate_devices"] = simulate_devices
+    _ENVIRON.append(dict(os.environ))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _teardown(namespace: dict[str, Any]) -> None:
+    """A page leaves nothing behind: no simulated device, no process group, no variables.
+
+    (A block that trains with DDP in this process sets ``MASTER_PORT`` & co. and keeps its
+    process group's port; later tests' child processes would inherit both.)
+    """
+    import torch.distributed as dist
+
+    simulate_devices(None)
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    saved = _ENVIRON.pop()
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def _makefile_targets() -> set[str]:
+    out = subprocess.run(["make", "-qp", "-f", "Makefile"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return {line.split(":")[0] for line in out.stdout.splitlines()
+            if line and not line.startswith(("#", "\t", ".")) and ":" in line and "=" not in line.split(":")[0]}
+
+
+def check_shell_block(example: Any) -> None:
+    """A ```bash block: every command names something that exists here (nothing heavy is run)."""
+    problems = []
+    for raw in str(example.parsed).splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        words = shlex.split(line)
+        while words and "=" in words[0] and not words[0].startswith("-"):  # VAR=value prefixes
+            words = words[1:]
+        program, args = words[0], words[1:]
+        if program == "make":
+            target = next((a for a in args if "=" not in a and not a.startswith("-")), "")
+            if target and target not in _makefile_targets():
+                problems.append(f"{line}: no target {target!r} in the Makefile")
+        elif program in ("python", "python3") and args[:1] == ["-m"]:
+            module = args[1]
+            if module not in ("pip", "venv") and importlib.util.find_spec(module) is None:
+                problems.append(f"{line}: no module {module!r}")
+        elif program in ("pip", "python") and "install" in args:
+            for arg in args[args.index("install") + 1:]:
+                if arg.startswith("-e") or arg == ".":
+                    continue
+                if arg.startswith("lightning-anyaccel") and "[" in arg:
+                    extra = arg.split("[", 1)[1].rstrip("]")
+                    if extra not in _pyproject_extras():
+                        problems.append(f"{line}: no extra {extra!r} in pyproject.toml")
+        elif program in ("conda", "apt-get", "sudo", "torchrun", "srun", "sbatch", "mpiexec", "qsub"):
+            continue  # programs of other machines
+        elif shutil.which(program) is None and not (ROOT / program).exists():
+            problems.append(f"{line}: no program {program!r}")
+    assert not problems, "\n".join(problems)
+
+
+def _pyproject_extras() -> set[str]:
+    import tomllib
+
+    return set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+
+
+pytest_collect_file = Sybil(
+    parsers=[
+        PythonCodeBlockParser(),
+        CodeBlockParser(language="bash", evaluator=check_shell_block),
+        SkipParser(),
+        ClearNamespaceParser(),
+    ],
+    patterns=SNIPPET_PAGES,
+    path=".",
+    setup=_setup,
+    teardown=_teardown,
+).pytest()

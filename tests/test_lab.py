@@ -1,0 +1,259 @@
+"""The notebooks in JupyterLab, in a real browser, the way ``make lab`` serves them.
+
+Starts JupyterLab like ``make lab`` (notebook directory ``notebooks/``, default kernel
+``lightning-anyaccel``, a kernel of this interpreter registered under that name), plus what a
+test needs: ``--no-browser``, a token, a free port on 127.0.0.1, no update check and the app
+object exposed to the page. Chromium (``/usr/bin/chromium``, driven by Playwright) opens every
+notebook, switches it to the ``lightning-anyaccel`` kernel, runs all cells, and the test checks
+that every code cell ran without an error output and that the notebook ends with its result
+(a picture or a table). The executed notebook is then stored for the documentation build
+(``docs/_ext/notebook_cache.py``), which so does not execute the notebooks a second time.
+
+Every wait is bounded; JupyterLab's process group is killed if it does not shut down. The
+static checks at the end (links, line lengths) need no browser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+import notebook_cache  # noqa: E402
+
+CHROMIUM = os.environ.get("ANYACCEL_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]
+KERNEL = "lightning-anyaccel"  # the name `make lab` registers
+NAMES = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+START_TIMEOUT_S = 120
+RUN_TIMEOUT_S = 540  # per notebook; they take 1-3 minutes on 2 CPU cores
+#: longest line of a notebook's code cell that the site shows without a scroll bar
+MAX_CODE_LINE = 86
+#: notebooks link documentation pages by their hosted URL (conf.py makes them local on the site)
+HOSTED_DOCS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Documentation"].rstrip("/") + "/docs/"
+
+
+
+def browser_test(test):
+    """Marks a test that needs Chromium (skipped, saying so, without it); they are slow."""
+    skip = pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                              reason=f"no Chromium at {CHROMIUM}: apt-get install -y --no-install-recommends chromium")
+    return pytest.mark.slow(skip(test))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """JupyterLab as ``make lab`` starts it; yields (base URL, token, log file)."""
+    tmp = tmp_path_factory.mktemp("lab")
+    # the kernel `make lab` registers, here in a private prefix instead of the environment's
+    subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", str(tmp / "prefix"),
+                    "--name", KERNEL, "--display-name", f"Python ({KERNEL})"],
+                   check=True, capture_output=True, timeout=120)
+    env = {**os.environ,
+           "JUPYTER_PATH": str(tmp / "prefix" / "share" / "jupyter"),
+           "JUPYTER_CONFIG_DIR": str(tmp / "config"),          # no user settings of this machine
+           "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),  # no restored layout
+           "PYTHONUNBUFFERED": "1"}
+    # never save into the repository: no autosave (the test reads the executed notebook from the page)
+    settings = tmp / "config" / "lab" / "user-settings" / "@jupyterlab" / "docmanager-extension"
+    settings.mkdir(parents=True)
+    (settings / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}))
+    token, port = secrets.token_hex(16), _free_port()
+    cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={NOTEBOOKS}",
+           f"--MappingKernelManager.default_kernel_name={KERNEL}",
+           "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+           f"--IdentityProvider.token={token}", "--LabApp.expose_app_in_browser=True",
+           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")  # as `make lab` does for root (CI, containers)
+    log_path = tmp / "jupyterlab.log"
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"JupyterLab exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"JupyterLab did not answer in {START_TIMEOUT_S}s:\n{log_path.read_text()[-4000:]}")
+            time.sleep(1)
+        yield base, token, log_path
+        # shut down as a user would (File > Shut Down): the server stops its kernels and exits
+        request = urllib.request.Request(f"{base}/api/shutdown", method="POST",
+                                         headers={"Authorization": f"token {token}"})
+        try:
+            urllib.request.urlopen(request, timeout=10).close()
+            proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    finally:
+        _kill(proc)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+#: the notebook panel JupyterLab shows for `name` (the app is exposed as window.jupyterapp)
+PANEL_JS = """name => {
+    const app = window.jupyterapp;
+    if (!app || !app.shell) return null;
+    for (const widget of app.shell.widgets('main')) {
+        if (widget.context && widget.context.path === name && widget.content && widget.sessionContext) {
+            return widget;
+        }
+    }
+    return null;
+}"""
+
+
+@browser_test
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.timeout(RUN_TIMEOUT_S + 180)
+def test_notebook_runs_in_jupyterlab(lab, browser, name):
+    base, token, log_path = lab
+    on_disk = (NOTEBOOKS / name).read_bytes()
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    outside: list[str] = []
+
+    def route(r):
+        if r.request.url.startswith(("data:", "blob:")) or r.request.url.startswith(base):
+            return r.continue_()
+        outside.append(r.request.url)
+        return r.abort()
+
+    page.route("**/*", route)
+    try:
+        page.goto(f"{base}/lab/tree/{name}?token={token}", wait_until="load", timeout=120_000)
+        panel = f"({PANEL_JS})({json.dumps(name)})"
+        page.wait_for_function(f"() => {{ const p = {panel}; return p && p.context.isReady && "
+                               "p.sessionContext.isReady && p.sessionContext.session; }", timeout=120_000)
+        # the kernel `make lab` registers (the notebooks' metadata names the generic python3)
+        page.evaluate(f"async () => {{ await {panel}.sessionContext.changeKernel({{name: {json.dumps(KERNEL)}}}); }}")
+        page.wait_for_function(f"() => {{ const k = {panel}.sessionContext.session.kernel; "
+                               f"return k && k.name === {json.dumps(KERNEL)} && k.status === 'idle'; }}",
+                               timeout=120_000)
+        start = time.monotonic()
+        page.evaluate(f"""() => {{
+            window.__anyaccelRun = undefined;
+            {panel}.content.activate();
+            window.jupyterapp.commands.execute('notebook:run-all-cells')
+                .then(ok => {{ window.__anyaccelRun = String(ok); }},
+                      err => {{ window.__anyaccelRun = 'error: ' + err; }});
+        }}""")
+        try:
+            page.wait_for_function("() => window.__anyaccelRun !== undefined", timeout=RUN_TIMEOUT_S * 1000,
+                                   polling=1000)
+        except Exception:  # Playwright's TimeoutError: say which cell was running
+            running = page.evaluate(f"() => {panel}.content.activeCellIndex")
+            pytest.fail(f"{name}: Run All did not finish in {RUN_TIMEOUT_S}s (cell {running} was running)\n"
+                        f"{log_path.read_text()[-3000:]}")
+        seconds = time.monotonic() - start
+        executed = page.evaluate(f"() => {panel}.context.model.toJSON()")
+        kernel_name = page.evaluate(f"() => {panel}.sessionContext.session.kernel.name")
+        page.evaluate(f"async () => {{ await {panel}.sessionContext.shutdown(); }}")  # free the memory now
+    finally:
+        context.close()
+    print(f"{name}: Run All took {seconds:.0f} s with kernel {kernel_name}")
+    assert (NOTEBOOKS / name).read_bytes() == on_disk, f"{name} was saved over during the test"
+    assert kernel_name == KERNEL
+    problems = notebook_cache.problems(executed)
+    assert not problems, f"{name}: {problems}"
+    code_cells = [c for c in executed["cells"] if c["cell_type"] == "code"]
+    last_outputs = code_cells[-1].get("outputs", [])
+    data = [o.get("data", {}) for o in last_outputs]
+    assert any("image/png" in d or "<table" in "".join(d.get("text/html", "")) for d in data), \
+        f"{name}: the last cell shows no picture and no table: {last_outputs}"
+    assert not outside, f"{name}: JupyterLab asked for addresses outside the server: {outside[:5]}"
+    notebook_cache.store(NOTEBOOKS / name, executed)  # the docs build reuses this run
+
+
+# ---- static checks: no browser -------------------------------------------------------------
+
+
+def _cells(name: str, kind: str) -> list[str]:
+    nb = json.loads((NOTEBOOKS / name).read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == kind]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_links_work_in_jupyterlab_and_on_the_site(name):
+    """Links to notebooks are relative names (JupyterLab and the site both open them); links to
+    documentation pages are hosted URLs of pages that exist (the build makes them local)."""
+    bad = []
+    for text in _cells(name, "markdown"):
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            path = target.split("#")[0]
+            if target.startswith(HOSTED_DOCS):
+                page = path[len(HOSTED_DOCS):]
+                if not (page.endswith(".html") and (ROOT / "docs" / page.replace(".html", ".md")).exists()):
+                    bad.append(f"{target}: no page docs/{page.replace('.html', '.md')}")
+            elif target.startswith(("http://", "https://")):
+                continue
+            elif not (path.endswith(".ipynb") and "/" not in path and (NOTEBOOKS / path).exists()):
+                bad.append(f"{target}: use a notebook's name or the hosted URL of a documentation page")
+    assert not bad, f"{name}: {bad}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_states_run_time_and_what_to_change(name):
+    markdown = "\n".join(_cells(name, "markdown"))
+    assert re.search(r"Run time: .*\d+.* on 2 CPU cores", markdown), f"{name}: no measured run time"
+    assert "## What to change" in markdown, f"{name}: no 'What to change' section"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_code_fits_the_page(name):
+    long = [line for text in _cells(name, "code") for line in text.splitlines() if len(line) > MAX_CODE_LINE]
+    assert not long, f"{name}: lines longer than {MAX_CODE_LINE} characters scroll on the site: {long}"

@@ -1,0 +1,68 @@
+"""The examples the documentation shows from files, and the rules for its code blocks.
+
+The code blocks of README.md and docs/*.md are themselves tests (Sybil, configured in the
+repository's ``conftest.py``; ``make test-snippets`` runs them alone). Blocks shown from files
+(``literalinclude``) come from files that tests run: the two examples here,
+``examples/shard_train.py`` (``test_sharding_cpu.py``) and ``tests/scripts/fabric_shard.py``
+(``test_fabric_sharding.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from sybil.parsers.markdown.lexers import FencedCodeBlockLexer
+from sybil.document import Document
+
+from lightning_anyaccel.demo import demo_data
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: languages the snippet tests run or check; every other fence must be a MyST directive
+CHECKED = {"python", "bash"}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_code_block_is_checked(page):
+    """No code block in a language the snippet tests would silently pass over."""
+    document = Document(page.read_text(encoding="utf-8"), str(page))
+    lexer = FencedCodeBlockLexer(language=r".*")
+    languages = [region.lexemes["language"] for region in lexer(document)]
+    unchecked = [lang for lang in languages if lang not in CHECKED and not lang.startswith("{")]
+    assert not unchecked, f"{page.name}: code blocks in {unchecked}: use ```python or ```bash (both are tests)"
+
+
+def test_demo_validation_split_is_the_same_problem():
+    """``split="val"``: new samples, same weight, so a model of the training data predicts them."""
+    train, val = demo_data().tensors, demo_data(split="val").tensors
+    assert len(val[0]) == len(train[0]) // 4 and not torch.equal(val[0][: len(val[0])], train[0][: len(val[0])])
+    w = torch.linalg.lstsq(train[0], train[1]).solution
+    assert float(((val[0] @ w - val[1]) ** 2).mean()) < 1e-3
+    other_problem = demo_data(seed=1).tensors
+    assert float(((other_problem[0] @ w - other_problem[1]) ** 2).mean()) > 1.0
+
+
+@pytest.mark.slow
+def test_make_run_example_shows_that_training_worked(python_runner):
+    """``examples/train.py`` (what ``make run`` trains): held-out loss before and after, 2 processes."""
+    proc = python_runner(["examples/train.py", "--devices", "2", "--max-epochs", "3"], timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    found = re.search(r"trained on cpu x 2 for 3 epochs: held-out mean squared error ([\d.]+) before"
+                      r" training, ([\d.]+) after", proc.stdout)
+    assert found, proc.stdout[-3000:]
+    before, after = map(float, found.groups())
+    assert after < before / 5, (before, after)
+    assert "next: the tutorial notebooks (make lab)" in proc.stdout
+
+
+@pytest.mark.slow
+def test_fabric_example_trains_with_two_processes(python_runner):
+    """``examples/fabric_ddp.py``, shown in docs/fabric.md: DDP with 2 processes, loss falls."""
+    proc = python_runner(["examples/fabric_ddp.py", "--devices", "2", "--epochs", "5"], timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    losses = [float(x) for x in re.findall(r"epoch \d+: mean training loss ([\d.]+)", proc.stdout)]
+    assert len(losses) == 5 and losses[-1] < losses[0] / 10, losses
+    assert "trained on cpu x 2" in proc.stdout
