@@ -93,6 +93,8 @@ def check_shell_block(example: Any) -> None:
         words = shlex.split(line)
         while words and "=" in words[0] and not words[0].startswith("-"):  # VAR=value prefixes
             words = words[1:]
+        if not words:  # only assignments
+            continue
         program, args = words[0], words[1:]
         if program == "make":
             target = next((a for a in args if "=" not in a and not a.startswith("-")), "")
@@ -112,9 +114,15 @@ def check_shell_block(example: Any) -> None:
                         problems.append(f"{line}: no extra {extra!r} in pyproject.toml")
         elif program in ("conda", "apt-get", "sudo", "torchrun", "srun", "sbatch", "mpiexec", "qsub"):
             continue  # programs of other machines
+        elif program in SHELL_BUILTINS:
+            continue
         elif shutil.which(program) is None and not (ROOT / program).exists():
             problems.append(f"{line}: no program {program!r}")
     assert not problems, "\n".join(problems)
+
+
+#: bash builtins a block may use (they are no programs on PATH)
+SHELL_BUILTINS = {"export", "trap", "wait", "cd", "source", ".", "set", "unset", "kill"}
 
 
 def _pyproject_extras() -> set[str]:
