@@ -39,11 +39,7 @@ NOTEBOOKS = ROOT / "notebooks"
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import notebook_cache  # noqa: E402
 
-CHROMIUM = os.environ.get("ANYACCEL_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-]
+from _browser import CHROMIUM, launched_chromium  # noqa: E402
 KERNEL = "lightning-anyaccel"  # the name `make lab` registers
 NAMES = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
 START_TIMEOUT_S = 120
@@ -134,13 +130,9 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=60_000)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    pytest.importorskip("playwright.sync_api")
+    with launched_chromium() as chromium:
+        yield chromium
 
 
 #: the notebook panel JupyterLab shows for `name` (the app is exposed as window.jupyterapp)

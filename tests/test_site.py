@@ -34,11 +34,7 @@ sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import notebook_cache  # noqa: E402
 
 HTML = ROOT / "_build" / "html"
-CHROMIUM = os.environ.get("ANYACCEL_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-]
+from _browser import CHROMIUM, launched_chromium  # noqa: E402
 BUILD_TIMEOUT_S = 540
 SOURCES = ["conf.py", "docs", "notebooks", "src", "CHANGELOG.md"]
 NOTEBOOK_PAGES = ["01_verify_environment", "02_single_card", "03_multi_card", "04_multi_node"]
@@ -109,13 +105,9 @@ def site():
 
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=60_000)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    pytest.importorskip("playwright.sync_api")
+    with launched_chromium() as chromium:
+        yield chromium
 
 
 class PageVisit:

@@ -122,10 +122,10 @@ def _os_error(exc: BaseException | None) -> OSError | None:
     return None
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Persist a rename on file systems that need the directory synced (best effort)."""
+def _fsync(path: Path) -> None:
+    """Flush a file, or a directory's entries, to disk (best effort: some file systems refuse)."""
     try:
-        fd = os.open(directory, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
@@ -134,6 +134,11 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Persist a rename on file systems that need the directory synced (best effort)."""
+    _fsync(directory)
 
 
 # ----- checkpoints written by every rank (sharded directories) -----------------------------------
@@ -187,16 +192,7 @@ def _fsync_tree(root: Path) -> None:
     else:
         paths = [p for p in root.rglob("*") if p.is_file()]
     for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        _fsync(path)
     for directory in {p.parent for p in paths} | {root.parent}:
         _fsync_dir(directory)
 
