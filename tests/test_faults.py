@@ -141,7 +141,8 @@ def names_rank(output: str, rank: int) -> bool:
 FROZEN = [
     # (cell, frontend, strategy, launcher, frozen rank), all with SIGSTOP at step 2
     pytest.param("stop-trainer-ddp-popen", "trainer", "ddp", "popen", 1, id="trainer-ddp-popen"),
-    pytest.param("stop-rank0-trainer-ddp-popen", "trainer", "ddp", "popen", 0, id="rank0-trainer-ddp-popen"),
+    pytest.param("stop-rank0-trainer-ddp-popen", "trainer", "ddp", "popen", 0, id="rank0-trainer-ddp-popen",
+                 marks=full),
     pytest.param("stop-trainer-ddp-spawn", "trainer", "ddp", "spawn", 1, id="trainer-ddp-spawn"),
     pytest.param("stop-fabric-ddp-popen", "fabric", "ddp", "popen", 1, id="fabric-ddp-popen", marks=full),
     pytest.param("stop-trainer-deepspeed-popen", "trainer", "deepspeed", "popen", 1, id="trainer-deepspeed-popen"),
@@ -187,6 +188,7 @@ def test_killed_rank_ends_the_job(tmp_path: Path) -> None:
     assert "Child process with PID" in outcome.output or "Connection closed by peer" in outcome.output
 
 
+@full
 def test_raise_in_training_step_ends_the_job(tmp_path: Path) -> None:
     outcome = run_fault(tmp_path, "raise-fabric-ddp-spawn", "--frontend", "fabric", "--start-method", "spawn",
                         "--fault", "raise")
@@ -195,6 +197,7 @@ def test_raise_in_training_step_ends_the_job(tmp_path: Path) -> None:
     assert_failed_cleanly(outcome, "injected fault: training_step raised on rank 1")
 
 
+@full
 def test_rank_that_never_arrives(tmp_path: Path) -> None:
     outcome = run_fault(tmp_path, "absent-trainer-fsdp-popen", "--strategy", "fsdp", "--fault", "absent")
     write_record("absent-trainer-fsdp-popen", "rank 1 never arrives", "fsdp", "trainer", "popen", 1, outcome,
