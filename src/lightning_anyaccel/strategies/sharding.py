@@ -269,6 +269,10 @@ DEEPSPEED_NAMES: dict[str, dict[str, Any]] = {
 }
 
 
+#: The ``DS_ACCELERATOR`` value the package set in this process (``None``: it set none).
+_DS_ACCELERATOR_SET: str | None = None
+
+
 class DeepSpeedNotInstalledError(ImportError):
     """The ``deepspeed`` package is not installed."""
 
@@ -327,15 +331,22 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         return name
 
     def _select_deepspeed_accelerator(self) -> None:
-        """Make DeepSpeed use the strategy's device type (``DS_ACCELERATOR``), or refuse a conflicting choice."""
+        """Make DeepSpeed use the strategy's device type (``DS_ACCELERATOR``), or refuse a conflicting choice.
+
+        A value the package itself set for an earlier strategy in this process is replaced; a value
+        set by the user is respected (and refused when it names another device type). Whether
+        DeepSpeed already chose another accelerator in this process is checked after setup.
+        """
+        global _DS_ACCELERATOR_SET
         name = self.deepspeed_accelerator
         chosen = os.environ.get("DS_ACCELERATOR")
-        if chosen and chosen != name:
+        if chosen and chosen != name and chosen != _DS_ACCELERATOR_SET:
             raise ShardingNotSupportedError(
                 f"DS_ACCELERATOR={chosen!r} is set, but the strategy trains on {self.device_type!r}."
                 f" Unset DS_ACCELERATOR or set it to {name!r}."
             )
         os.environ["DS_ACCELERATOR"] = name  # inherited by the processes the launcher starts
+        _DS_ACCELERATOR_SET = name
 
     @override
     def _validate_device_setup(self) -> None:
