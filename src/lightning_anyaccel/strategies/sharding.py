@@ -269,8 +269,8 @@ DEEPSPEED_NAMES: dict[str, dict[str, Any]] = {
 }
 
 
-#: The ``DS_ACCELERATOR`` value the package set in this process (``None``: it set none).
-_DS_ACCELERATOR_SET: str | None = None
+#: The ``DS_ACCELERATOR`` values the package set in this process (a user's own value is never in it).
+_DS_ACCELERATOR_SET: set[str] = set()
 
 
 class DeepSpeedNotInstalledError(ImportError):
@@ -337,16 +337,15 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         set by the user is respected (and refused when it names another device type). Whether
         DeepSpeed already chose another accelerator in this process is checked after setup.
         """
-        global _DS_ACCELERATOR_SET
         name = self.deepspeed_accelerator
         chosen = os.environ.get("DS_ACCELERATOR")
-        if chosen and chosen != name and chosen != _DS_ACCELERATOR_SET:
+        if chosen and chosen != name and chosen not in _DS_ACCELERATOR_SET:
             raise ShardingNotSupportedError(
                 f"DS_ACCELERATOR={chosen!r} is set, but the strategy trains on {self.device_type!r}."
                 f" Unset DS_ACCELERATOR or set it to {name!r}."
             )
         os.environ["DS_ACCELERATOR"] = name  # inherited by the processes the launcher starts
-        _DS_ACCELERATOR_SET = name
+        _DS_ACCELERATOR_SET.add(name)
 
     @override
     def _validate_device_setup(self) -> None:
