@@ -148,3 +148,41 @@ if Sybil is not None:
         setup=_setup,
         teardown=_teardown,
     ).pytest()
+
+
+# --- Scheduling on pytest-xdist workers (`make test` runs `pytest -n 2 --dist loadgroup`) ---------
+#
+# Most of the suite waits on child processes, launchers and browsers, so two workers share two cores
+# well. Some tests must stay together on one worker, in collection order: they are put in one
+# `xdist_group` here (a test can also carry its own `@pytest.mark.xdist_group`, e.g. the SLURM tests).
+
+#: file -> group. A module whose module-scoped fixture is expensive (built once, on one worker); the
+#: site, built from the notebooks the JupyterLab test executed (tests/test_lab.py, then tests/test_site.py).
+SHARED_WORKER = {
+    "tests/test_lab.py": "site",
+    "tests/test_site.py": "site",
+    "tests/test_sharding_cpu.py": "sharding",
+    "tests/test_fabric.py": "fabric-popen",
+    "tests/test_release.py": "release",
+}
+#: The longest groups first (minutes each), so that both workers are busy until the end.
+LONGEST_FIRST = ["site", "sharding"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group tests that must share a worker; order the longest groups first (a stable sort)."""
+    for item in items:
+        path = Path(str(item.path)).resolve().relative_to(ROOT).as_posix()
+        if item.get_closest_marker("xdist_group"):
+            continue
+        if path.endswith(".md"):  # a page's code blocks share one namespace, top to bottom
+            item.add_marker(pytest.mark.xdist_group(path))
+        elif path in SHARED_WORKER:
+            item.add_marker(pytest.mark.xdist_group(SHARED_WORKER[path]))
+
+    def rank(item: pytest.Item) -> int:
+        marker = item.get_closest_marker("xdist_group")
+        group = marker.args[0] if marker and marker.args else marker.kwargs.get("name") if marker else None
+        return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)

@@ -32,7 +32,7 @@ COVERAGE: list[tuple[str, str, str, str]] = [
     ("SIGSTOP rank (frozen)", "DDP, Fabric", "popen, 1 node", "test_faults.py::test_frozen_rank_ends_the_job_and_is_killed[fabric-ddp-popen] (full)"),
     ("SIGSTOP rank (frozen)", "DeepSpeed ZeRO-2, Trainer", "popen, 1 node", "test_faults.py::test_frozen_rank_ends_the_job_and_is_killed[trainer-deepspeed-popen]"),
     ("SIGSTOP rank (frozen)", "FSDP, FSDP2 (Trainer), FSDP (Fabric)", "popen, 1 node", "same supervision path as DDP popen; [trainer-fsdp-popen], [trainer-fsdp2-popen], [fabric-fsdp-popen] (full)"),
-    ("SIGSTOP rank (frozen)", "DDP, Trainer", "env vars, 2 nodes", "test_scaleout_failures.py::test_frozen_rank_ends_the_job_within_the_timeout"),
+    ("SIGSTOP rank (frozen)", "DDP, Trainer", "env vars, 2 nodes", "test_scaleout_failures.py::test_frozen_rank_ends_the_job_within_the_timeout (full)"),
     ("SIGKILL rank", "DDP, Trainer", "popen, 1 node", "test_faults.py::test_killed_rank_ends_the_job (full)"),
     ("SIGKILL rank", "DDP, Trainer", "env vars, 2 nodes", "test_scaleout_failures.py::test_killed_rank_ends_the_whole_job"),
     ("raise in training_step", "DDP, Fabric", "spawn, 1 node", "test_faults.py::test_raise_in_training_step_ends_the_job (full)"),

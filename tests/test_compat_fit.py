@@ -6,7 +6,8 @@ front end; unset, every installed one runs (``lightning`` requires ``pytorch-lig
 install has both, as separate copies with separate registries).
 
 Run as a script, the file is the DDP training program (Lightning's ``popen`` launcher re-runs it for
-rank 1) and writes what each rank saw to ``<out>/rank<N>.json``.
+rank 1) and writes what each rank saw to ``<out>/rank<N>.json``. It is written as the vendor READMEs'
+first example: ``Trainer(accelerator="any", devices=2)``, no strategy; the package must pick its DDP.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 FRONTEND_PACKAGES = {"lightning": "lightning.pytorch", "pytorch_lightning": "pytorch_lightning"}
+#: where the DDP strategy the package picks for each front end is defined
+DDP_MODULES = {"lightning": "lightning_anyaccel.strategies.ddp", "pytorch_lightning": "lightning_anyaccel.pytorch_lightning"}
 
 
 def frontends() -> list[str]:
@@ -75,7 +78,7 @@ def make_loader() -> DataLoader:
 
 
 def fit(pl: ModuleType, strategy: str, devices: int, steps: int) -> tuple[Any, Any]:
-    """Fit the tiny model for ``steps`` steps with ``accelerator="any"`` and ``strategy``."""
+    """Fit the tiny model for ``steps`` steps with ``accelerator="any"`` and ``strategy`` (``"auto"``: none given)."""
     torch.manual_seed(0)
     model = make_model(pl)
     trainer = pl.Trainer(
@@ -94,14 +97,14 @@ def _digest(module: torch.nn.Module) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The DDP program: fit with ``--strategy`` on 2 processes and write one JSON file per rank."""
+    """The DDP program: fit on 2 processes (no strategy unless ``--strategy``), one JSON file per rank."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--frontend", choices=sorted(FRONTEND_PACKAGES), required=True)
-    parser.add_argument("--strategy", default="any_ddp")
+    parser.add_argument("--strategy", default="auto")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     pl = load_frontend(args.frontend)
-    trainer, model = fit(pl, args.strategy, devices=2, steps=4)
+    trainer, model = fit(pl, args.strategy, devices=2, steps=8)  # 2 epochs: 4 batches per rank
     import torch.distributed as dist
 
     record = {
@@ -109,6 +112,9 @@ def main(argv: list[str] | None = None) -> None:
         "world_size": trainer.world_size,
         "global_step": trainer.global_step,
         "strategy": type(trainer.strategy).__name__,
+        "strategy_module": type(trainer.strategy).__module__,
+        "environment": type(trainer.strategy.cluster_environment).__name__,
+        "losses": model.losses,
         "trainer_module": type(trainer).__module__,
         "backend": dist.get_backend() if dist.is_initialized() else None,
         "digest": _digest(model),
@@ -150,7 +156,11 @@ else:
         records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
         for rank, record in enumerate(records):
             assert record["rank"] == rank and record["world_size"] == 2, record
-            assert record["global_step"] == 4 and record["strategy"] == "AnyDDPStrategy", record
+            assert record["global_step"] == 8 and record["strategy"] == "AnyDDPStrategy", record
+            assert record["strategy_module"] == DDP_MODULES[frontend], record  # the front end's own port
+            assert record["environment"] == "LightningEnvironment", record  # started by Lightning (popen)
+            first, second = record["losses"][:4], record["losses"][4:]  # the same 4 batches, epoch 1 and 2
+            assert sum(second) < sum(first), record
             assert record["backend"] == "gloo", record
             assert record["trainer_module"].startswith(FRONTEND_PACKAGES[frontend].split(".")[0]), record
         assert records[0]["digest"] == records[1]["digest"], "ranks ended with different weights"

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _cluster import PYTHON, ROOT, Job, Result, free_port
+from _cluster import PYTHON, ROOT, Job, Result, free_port, full
 
 SCRIPT = ROOT / "tests" / "scripts" / "fault_train.py"
 #: The strategy's timeout in these jobs (seconds). The ranks enter the rendezvous together
@@ -44,9 +44,6 @@ MARKER = "ANYACCEL_FAULT_JOB"
 RECORDS = Path(os.environ.get("ANYACCEL_FAULT_RECORDS", ROOT / "build" / "fault_records"))
 
 pytestmark = pytest.mark.slow
-#: Cells whose code path another test already covers: run with ANYACCEL_FAULT_MATRIX_FULL=1.
-full = pytest.mark.skipif(os.environ.get("ANYACCEL_FAULT_MATRIX_FULL") != "1",
-                          reason="repeats a covered code path; ANYACCEL_FAULT_MATRIX_FULL=1 runs it (docs/faults.md)")
 
 
 @dataclass

@@ -8,8 +8,10 @@
   launchers x both strategies x both layouts without running every combination;
 - FSDP by Lightning's name (``strategy="fsdp"``) under SLURM;
 - Fabric with no strategy under torchrun;
-- the vendor READMEs' first example, ``Trainer(accelerator="any", devices=2)`` with no strategy,
-  for ``lightning``, ``pytorch_lightning`` and Fabric, started by Lightning itself (popen).
+- the vendor READMEs' first example with Fabric, ``Fabric(accelerator="any", devices=2)`` with no
+  strategy, started by Lightning itself (popen). The Trainer's form, for ``lightning`` and
+  ``pytorch_lightning``, is the DDP program of ``tests/test_compat_fit.py`` (run on both ends of the
+  supported Lightning range).
 
 Every wait is bounded; every test proves that no process outlived its job. The strategy and
 backend choices on simulated devices are tested in-process in ``tests/test_user_forms.py``.
@@ -220,6 +222,7 @@ def test_aurora_script_on_two_hosts(tmp_path: Path, launcher: str, strategy: str
 # ----- FSDP under SLURM ---------------------------------------------------------------------------
 
 
+@pytest.mark.xdist_group("slurm")  # one private SLURM cluster at a time (conftest.py)
 @pytest.mark.timeout(JOB_TIMEOUT + 120)
 @pytest.mark.skipif(bool(SLURM_REASON), reason=str(SLURM_REASON))
 def test_fsdp_by_name_under_slurm(tmp_path: Path) -> None:
@@ -228,7 +231,10 @@ def test_fsdp_by_name_under_slurm(tmp_path: Path) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
     with slurm_cluster(workdir) as cluster:
         out = tmp_path / "out"
-        job_env = f"--export=ALL,MASTER_ADDR=127.0.0.1,MASTER_PORT={free_port()},OMP_NUM_THREADS=1"
+        # PYTHONFAULTHANDLER: should a rank abort (seen once in CI: "terminate called without an active
+        # exception" in rank 0 during `test`, not reproduced in 14 runs since), the log shows every thread's stack
+        job_env = (f"--export=ALL,MASTER_ADDR=127.0.0.1,MASTER_PORT={free_port()},OMP_NUM_THREADS=1,"
+                   "PYTHONFAULTHANDLER=1")
         submitted = cluster.run("sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=1",
                                 f"--output={tmp_path}/job.out", job_env, str(LAUNCH / "slurm.sbatch"),
                                 *aurora_args(out, "fsdp", 1, 2))
@@ -271,15 +277,10 @@ def test_fabric_without_strategy_under_torchrun(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(JOB_TIMEOUT + 60)
-@pytest.mark.parametrize(("form", "strategy_module"), [
-    ("trainer", "lightning_anyaccel.strategies.ddp"),
-    ("pl-trainer", "lightning_anyaccel.pytorch_lightning"),
-    ("fabric", "lightning_anyaccel.fabric.strategies"),
-])
-def test_readme_form_trains_with_two_processes(tmp_path: Path, form: str, strategy_module: str) -> None:
-    """``Trainer(accelerator="any", devices=2)`` (and the others) with no strategy: the package's DDP, popen."""
+def test_fabric_readme_form_trains_with_two_processes(tmp_path: Path) -> None:
+    """``Fabric(accelerator="any", devices=2)`` with no strategy: the package's DDP, started by Lightning (popen)."""
     out = tmp_path / "out"
     with Job() as job:
-        job.spawn([PYTHON, FORMS, "--form", form, "--out", str(out)], tmp_path / "job.log")
+        job.spawn([PYTHON, FORMS, "--form", "fabric", "--out", str(out)], tmp_path / "job.log")
         _run(job)
-    assert_form_trained(out, strategy_module, "LightningEnvironment")
+    assert_form_trained(out, "lightning_anyaccel.fabric.strategies", "LightningEnvironment")

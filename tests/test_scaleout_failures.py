@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _cluster import PYTHON, Job, Result, alive_pids, free_port, kill_pids, reports, train_args
+from _cluster import PYTHON, Job, Result, alive_pids, free_port, full, kill_pids, reports, train_args
 
 pytestmark = pytest.mark.slow
 
@@ -60,6 +60,7 @@ def test_killed_rank_ends_the_whole_job(tmp_path: Path) -> None:
     assert_no_orphans(out)
 
 
+@full  # the supervision path of test_faults.py's frozen DDP popen cell (a node's launcher kills its stopped rank)
 def test_frozen_rank_ends_the_job_within_the_timeout(tmp_path: Path) -> None:
     out = tmp_path / "out"
     results = run_nodes(tmp_path, out, "--max-epochs", "20", "--timeout", str(TIMEOUT_S),

@@ -34,17 +34,19 @@ FEATURES: dict[str, tuple[str, ...]] = {
 
 
 class _Collector:
-    """Collects the outcome of every test of the session (registered by conftest)."""
+    """Collects the outcome of every test of the session (registered by conftest).
+
+    It listens to the test reports, which under pytest-xdist (``pytest -n``) reach the controlling
+    process from every worker, so one record covers the whole run.
+    """
 
     def __init__(self) -> None:
         self.outcomes: dict[str, str] = {}
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: Any):  # noqa: ANN201 (pytest hook)
-        outcome = yield
-        report = outcome.get_result()
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" or (report.when == "setup" and not report.passed):
-            self.outcomes[item.nodeid] = "passed" if report.passed else ("skipped" if report.skipped else "failed")
+            nodeid = report.nodeid.split("@", 1)[0]  # pytest-xdist's loadgroup appends "@<group>"
+            self.outcomes[nodeid] = "passed" if report.passed else ("skipped" if report.skipped else "failed")
 
 
 COLLECTOR = _Collector()
@@ -121,7 +123,9 @@ def build_record(device: Any, outcomes: dict[str, str], command: str) -> dict[st
 
 
 def write_record(path: Path, device: Any, session: pytest.Session) -> None:
-    """Write the record of this session to ``path`` (TOML)."""
+    """Write the record of this session to ``path`` (TOML); under pytest-xdist, only the controller writes."""
+    if hasattr(session.config, "workerinput"):
+        return
     command = "pytest " + " ".join(session.config.invocation_params.args)
     record = build_record(device, COLLECTOR.outcomes, command)
     level = "emulated" if device.emulated else "hardware"

@@ -1,9 +1,8 @@
-"""The vendor READMEs' first example, as their users write it: the accelerator and a device count, no strategy.
+"""The vendor READMEs' first example with Fabric, as their users write it: the accelerator and a device count.
 
-One form per run (``--form``), each on CPU for real with 2 processes:
+One form per run (``--form``), each on CPU for real with 2 processes (the Trainer's forms are the DDP
+program of ``tests/test_compat_fit.py``):
 
-- ``trainer``: ``from lightning import Trainer``; ``Trainer(accelerator="any", devices=2)``;
-- ``pl-trainer``: ``import pytorch_lightning as pl``; ``pl.Trainer(accelerator="any", devices=2)``;
 - ``fabric``: ``from lightning import Fabric``; ``Fabric(accelerator="any", devices=2)``;
 - ``fabric-standalone``: ``from lightning_fabric import Fabric`` (the package of ``pytorch_lightning``).
 
@@ -25,7 +24,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-FORMS = ("trainer", "pl-trainer", "fabric", "fabric-standalone")
+FORMS = ("fabric", "fabric-standalone")
 
 
 def data() -> TensorDataset:
@@ -63,36 +62,6 @@ def record(strategy: Any, rank: int, world_size: int, losses: list[float], modul
     }
 
 
-def run_trainer(form: str, out: Path) -> None:
-    if form == "pl-trainer":
-        import pytorch_lightning as pl
-    else:
-        import lightning.pytorch as pl
-    import lightning_anyaccel  # noqa: F401
-
-    class Regressor(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = net()
-            self.losses: list[float] = []
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            loss = torch.nn.functional.mse_loss(self.net(x), y)
-            self.losses.append(float(loss.detach()))
-            return loss
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.05)
-
-    trainer = pl.Trainer(accelerator="any", devices=2, max_epochs=2, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False)
-    model = Regressor()
-    trainer.fit(model, DataLoader(data(), batch_size=32))
-    report = record(trainer.strategy, trainer.global_rank, trainer.world_size, model.losses, model.net)
-    (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(report))
-
-
 def run_fabric(form: str, out: Path) -> None:
     if form == "fabric-standalone":
         from lightning_fabric import Fabric
@@ -127,7 +96,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"pid.{os.getpid()}").touch()
     torch.set_num_threads(1)
-    (run_trainer if "trainer" in args.form else run_fabric)(args.form, out)
+    run_fabric(args.form, out)
 
 
 if __name__ == "__main__":
