@@ -44,10 +44,10 @@ emulator: install
 # notebooks run in JupyterLab there (tests/test_lab.py, needs Chromium); without Chromium, nbmake
 # runs them instead. Then the device-generic tests again, on the emulated accelerator loaded as
 # `npu` (docs/emulator.md). TEST_WORKERS pytest-xdist workers share the tests (most of them wait
-# on child processes; conftest.py keeps the tests that must share a worker together);
+# on child processes; conftest.py sends the tests that must share a worker to one worker);
 # `make test TEST_WORKERS=0` runs everything in one process.
 TEST_WORKERS ?= 2
-PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS)
 test: install emulator
 	$(PYTEST)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600

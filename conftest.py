@@ -150,39 +150,60 @@ if Sybil is not None:
     ).pytest()
 
 
-# --- Scheduling on pytest-xdist workers (`make test` runs `pytest -n 2 --dist loadgroup`) ---------
+# --- Scheduling on pytest-xdist workers (`make test` runs `pytest -n 2`) ---------------------------
 #
 # Most of the suite waits on child processes, launchers and browsers, so two workers share two cores
-# well. Some tests must stay together on one worker, in collection order: they are put in one
-# `xdist_group` here (a test can also carry its own `@pytest.mark.xdist_group`, e.g. the SLURM tests).
+# well. Some tests must stay together on one worker, in collection order; `GROUPS` names them, and
+# `pytest_xdist_make_scheduler` below sends each group to one worker as one unit. (pytest-xdist's
+# own `--dist loadgroup` marks do not work with pytest 9.2: xdist 3.8 renames the test through an
+# attribute pytest no longer reads.)
 
-#: file -> group. A module whose module-scoped fixture is expensive (built once, on one worker); the
-#: site, built from the notebooks the JupyterLab test executed (tests/test_lab.py, then tests/test_site.py).
-SHARED_WORKER = {
+#: nodeid prefix -> group. A module whose module-scoped fixture is expensive (built once, on one
+#: worker); the site, built from the notebooks the JupyterLab test executed (tests/test_lab.py, then
+#: tests/test_site.py); one private SLURM cluster at a time. A page's code blocks (README.md,
+#: docs/*.md) share one namespace, top to bottom: each page is a group of its own.
+GROUPS = {
     "tests/test_lab.py": "site",
     "tests/test_site.py": "site",
     "tests/test_sharding_cpu.py": "sharding",
     "tests/test_fabric.py": "fabric-popen",
     "tests/test_release.py": "release",
+    "tests/test_journeys.py::test_fsdp_by_name_under_slurm": "slurm",
+    "tests/test_scaleout_launch.py::test_slurm_sbatch_and_srun": "slurm",
 }
 #: The longest groups first (minutes each), so that both workers are busy until the end.
 LONGEST_FIRST = ["site", "sharding"]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group tests that must share a worker; order the longest groups first (a stable sort)."""
-    for item in items:
-        path = Path(str(item.path)).resolve().relative_to(ROOT).as_posix()
-        if item.get_closest_marker("xdist_group"):
-            continue
-        if path.endswith(".md"):  # a page's code blocks share one namespace, top to bottom
-            item.add_marker(pytest.mark.xdist_group(path))
-        elif path in SHARED_WORKER:
-            item.add_marker(pytest.mark.xdist_group(SHARED_WORKER[path]))
+def test_group(nodeid: str) -> str:
+    """The group of a test: one of :data:`GROUPS`, its page, or the test alone (its nodeid).
 
+    >>> test_group("tests/test_site.py::test_internal_links_resolve"), test_group("docs/index.md::line:24,column:1")
+    ('site', 'docs/index.md')
+    """
+    for prefix, group in GROUPS.items():
+        if nodeid == prefix or nodeid.startswith((prefix + "::", prefix + "[")):
+            return group
+    path = nodeid.split("::", 1)[0]
+    return path if path.endswith(".md") else nodeid
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest groups first (a stable sort: every worker collects the same order)."""
     def rank(item: pytest.Item) -> int:
-        marker = item.get_closest_marker("xdist_group")
-        group = marker.args[0] if marker and marker.args else marker.kwargs.get("name") if marker else None
+        group = test_group(item.nodeid)
         return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent where it is not installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scope scheduler, with :func:`test_group` as the scope (a group goes to one worker)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:  # xdist's extension point for scopes
+            return test_group(nodeid)
+
+    return GroupScheduling(config, log)

@@ -222,7 +222,6 @@ def test_aurora_script_on_two_hosts(tmp_path: Path, launcher: str, strategy: str
 # ----- FSDP under SLURM ---------------------------------------------------------------------------
 
 
-@pytest.mark.xdist_group("slurm")  # one private SLURM cluster at a time (conftest.py)
 @pytest.mark.timeout(JOB_TIMEOUT + 120)
 @pytest.mark.skipif(bool(SLURM_REASON), reason=str(SLURM_REASON))
 def test_fsdp_by_name_under_slurm(tmp_path: Path) -> None:

@@ -174,7 +174,6 @@ def test_mpiexec_with_a_mismatched_trainer_fails_fast_on_every_rank(tmp_path: Pa
 SLURM_REASON = not_root() or missing("slurmctld", "slurmd", "munged", "sbatch")
 
 
-@pytest.mark.xdist_group("slurm")  # one private SLURM cluster at a time (conftest.py)
 @pytest.mark.skipif(bool(SLURM_REASON), reason=str(SLURM_REASON))
 def test_slurm_sbatch_and_srun(tmp_path: Path) -> None:
     """A real slurmctld with two slurmd: the sbatch script trains; `srun -n 4` alone is refused."""
