@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -262,8 +263,23 @@ class SlurmCluster:
 
 
 @contextmanager
-def slurm_cluster(workdir: Path, start_timeout: float = 60) -> Iterator[SlurmCluster]:
-    workdir.mkdir(parents=True, exist_ok=True)
+def slurm_cluster(start_timeout: float = 60) -> Iterator[SlurmCluster]:
+    """A private SLURM cluster for the block; its directory is removed afterwards.
+
+    The directory is a short one directly in /tmp: slurmd's socket paths (its spool directory plus
+    job and step ids) must fit in 108 bytes, which pytest's temporary paths (longer still under
+    pytest-xdist: ``.../popen-gw0/<test name>0/``) do not; a step then never starts.
+    """
+    workdir = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
+    try:
+        with _slurm_daemons(workdir, start_timeout) as cluster:
+            yield cluster
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextmanager
+def _slurm_daemons(workdir: Path, start_timeout: float) -> Iterator[SlurmCluster]:
     (workdir / "state").mkdir(exist_ok=True)
     host = socket.gethostname()
     conf = workdir / "slurm.conf"

@@ -177,7 +177,7 @@ SLURM_REASON = not_root() or missing("slurmctld", "slurmd", "munged", "sbatch")
 @pytest.mark.skipif(bool(SLURM_REASON), reason=str(SLURM_REASON))
 def test_slurm_sbatch_and_srun(tmp_path: Path) -> None:
     """A real slurmctld with two slurmd: the sbatch script trains; `srun -n 4` alone is refused."""
-    with slurm_cluster(tmp_path / "slurm") as cluster:
+    with slurm_cluster() as cluster:
         out = tmp_path / "out"
         job_env = f"--export=ALL,MASTER_ADDR=127.0.0.1,MASTER_PORT={free_port()},OMP_NUM_THREADS=1"
         submitted = cluster.run("sbatch", "--parsable", f"--output={tmp_path}/job.out", job_env,
