@@ -45,8 +45,7 @@ class _Collector:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" or (report.when == "setup" and not report.passed):
-            nodeid = report.nodeid.split("@", 1)[0]  # pytest-xdist's loadgroup appends "@<group>"
-            self.outcomes[nodeid] = "passed" if report.passed else ("skipped" if report.skipped else "failed")
+            self.outcomes[report.nodeid] = "passed" if report.passed else ("skipped" if report.skipped else "failed")
 
 
 COLLECTOR = _Collector()
