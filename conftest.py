@@ -175,10 +175,10 @@ GROUPS = {
 LONGEST_FIRST = ["site", "sharding"]
 
 
-def test_group(nodeid: str) -> str:
+def group_of(nodeid: str) -> str:
     """The group of a test: one of :data:`GROUPS`, its page, or the test alone (its nodeid).
 
-    >>> test_group("tests/test_site.py::test_internal_links_resolve"), test_group("docs/index.md::line:24,column:1")
+    >>> group_of("tests/test_site.py::test_internal_links_resolve"), group_of("docs/index.md::line:24,column:1")
     ('site', 'docs/index.md')
     """
     for prefix, group in GROUPS.items():
@@ -191,7 +191,7 @@ def test_group(nodeid: str) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest groups first (a stable sort: every worker collects the same order)."""
     def rank(item: pytest.Item) -> int:
-        group = test_group(item.nodeid)
+        group = group_of(item.nodeid)
         return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)
@@ -199,11 +199,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent where it is not installed
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """pytest-xdist's scope scheduler, with :func:`test_group` as the scope (a group goes to one worker)."""
+    """pytest-xdist's scope scheduler, with :func:`group_of` as the scope (a group goes to one worker)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class GroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:  # xdist's extension point for scopes
-            return test_group(nodeid)
+            return group_of(nodeid)
 
     return GroupScheduling(config, log)
