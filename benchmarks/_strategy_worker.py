@@ -291,6 +291,9 @@ class Runner:
             raise ValueError(f"unknown strategy family {family!r}; choose from {', '.join(ALL_FAMILIES)}")
         if self.builtin is None:
             out.pop("lightning", None)
+        if self.world == 1:  # no second process: nothing to scale against, and Lightning skips the broadcast
+            out.pop("single", None)
+            out.pop("raw+sigterm_broadcast", None)
         return out
 
     @property
@@ -450,7 +453,7 @@ def main(argv: list[str] | None = None) -> None:
             import deepspeed.ops
 
             deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-        except ImportError:
+        except (ImportError, ValueError):  # ValueError: DeepSpeed has no accelerator for this device (below, per variant)
             pass
 
     import torch

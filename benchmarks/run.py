@@ -4,6 +4,7 @@
     python -m benchmarks --quick         # smaller sizes, fewer repetitions (a few minutes)
     python -m benchmarks --only overhead,strategies --no-report
     python -m benchmarks --device emulated:npu   # on the tests' emulated device (tests/emulator)
+    python -m benchmarks --set strategy_measure=300 --set overhead_measure=400   # longer runs (fast devices)
 
 The device is the one :func:`lightning_anyaccel.detect_device_type` reports (CPU when there is no
 accelerator). A results file holds one run on one machine; ratios are only ever formed inside it.
@@ -123,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None,
                         help="emulated:NAME runs everything on the tests' emulated device NAME (tests/emulator);"
                              " otherwise the device torch.accelerator reports (give its type to check it)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="override one field of the mode's Settings (e.g. strategy_measure=300); repeatable")
     args = parser.parse_args(argv)
     if args.device:
         _select_device(parser, args.device, sys.argv[1:] if argv is None else argv)
@@ -130,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
-    settings = QUICK if args.quick else Settings()
-    doc = run_all(replace(settings), sections)
+    settings = _override(parser, QUICK if args.quick else Settings(), args.set)
+    doc = run_all(settings, sections)
     write_json(args.out, doc)
     print(f"[bench] wrote {args.out} ({doc['meta']['runtime_s']} s)")
     if not args.no_report:
@@ -144,6 +147,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] FAILED sections: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _override(parser: argparse.ArgumentParser, settings: Settings, pairs: list[str]) -> Settings:
+    """``settings`` with ``NAME=VALUE`` fields replaced (ints, floats, comma-separated tuples), checked by name.
+
+    >>> _override(argparse.ArgumentParser(), Settings(), ["strategy_measure=300"]).strategy_measure
+    300
+    """
+    changes: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        current = getattr(settings, name.strip(), None) if sep else None
+        if current is None or name.strip() == "mode":
+            parser.error(f"--set {pair!r}: give NAME=VALUE with NAME one of "
+                         + ", ".join(f for f in asdict(settings) if f != "mode"))
+        kind = type(current)
+        try:
+            if kind is tuple:
+                items = [v.strip() for v in value.split(",") if v.strip()]
+                changes[name.strip()] = tuple(int(v) if v.lstrip("-").isdigit() else v for v in items)
+            else:
+                changes[name.strip()] = kind(value)
+        except ValueError:
+            parser.error(f"--set {pair!r}: {value!r} is not a {kind.__name__}")
+    return replace(settings, **changes)
 
 
 def _select_device(parser: argparse.ArgumentParser, device: str, argv: list[str]) -> None:
@@ -165,7 +193,7 @@ def _select_device(parser: argparse.ArgumentParser, device: str, argv: list[str]
             os.environ[EMULATE_ENV] = name
             os.environ["PYTHONPATH"] = os.pathsep.join([str(EMULATOR_AUTOLOAD), *filter(None, paths)])
             os.execv(sys.executable, [sys.executable, "-m", "benchmarks", *argv])
-        device = name
+        device = name.partition(":")[0]  # "npu:1": one emulated device of type npu
     from lightning_anyaccel import runtime  # after the re-run: torch must see the emulator's device
 
     found = runtime.detect_device_type()

@@ -1,7 +1,7 @@
 """Every strategy side by side: the plugin's, Lightning's own and a plain PyTorch loop, in one run.
 
 For DDP, FSDP, FSDP2 and DeepSpeed ZeRO stage 2, two processes (one per device; on CPU, two
-processes with one thread each) train the same model on the same data, batch, threads and
+processes with one thread each; on a machine with one device, one process) train the same model on the same data, batch, threads and
 collective backend three ways (see :mod:`benchmarks._strategy_worker`): the package's strategy
 (``plugin``), Lightning's own strategy with Lightning's accelerator where Lightning runs on the
 device (``lightning``), and a hand-written loop around the same torch/DeepSpeed wrapper (``raw``).
@@ -49,7 +49,7 @@ RAW_WRAPPERS = {"ddp": "DistributedDataParallel", "fsdp": "FullyShardedDataParal
 
 
 def processes_possible(device_type: str, count: int) -> int:
-    """Processes for a 2-process run: 2 on CPU, else one per device (at most 2)."""
+    """Processes for a 2-process run: 2 on CPU, else one per device (at most 2; 1 on a one-GPU machine)."""
     return 2 if device_type == "cpu" else min(2, count)
 
 
@@ -162,9 +162,12 @@ def run(device_type: str, device_count: int, *, workload: Workload = COMPUTE_BOU
                   "plugin/raw vs lightning/raw": GOAL_PLUGIN_RAW_OF_LIGHTNING},
         "families": {},
     }
-    if world < 2:
-        result["skipped"] = f"needs 2 {device_type} devices, found {device_count}"
+    if world < 1:
+        result["skipped"] = f"needs a {device_type} device, found none"
         return result
+    if world == 1:  # one device: every strategy as 1 process on it (its code path per step, no scaling)
+        result["one_device"] = (f"this machine has 1 {device_type} device: every strategy runs as 1 process on it,"
+                                " which measures each strategy's per-step cost, not scaling")
     if "deepspeed" in families and importlib.util.find_spec("deepspeed") is None:
         families = tuple(f for f in families if f != "deepspeed")
         result["families"]["deepspeed"] = {"skipped": "deepspeed is not installed: pip install lightning-anyaccel[deepspeed]"}

@@ -24,6 +24,7 @@ from typing import Any
 import lightning as L
 import psutil
 import torch
+import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -189,6 +190,7 @@ class Report(Callback):
         record = {
             "rank": trainer.global_rank,
             "strategy": type(trainer.strategy).__name__,
+            "backend": dist.get_backend() if dist.is_initialized() else None,
             "global_step": trainer.global_step,
             "losses": pl_module.losses,
             "total_numel": pl_module.total_numel,

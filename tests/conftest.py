@@ -3,9 +3,12 @@
 ``pytest --device TYPE`` chooses the device the device-generic tests train on: ``cpu`` (default),
 a real device type (``xpu``, ``cuda``, ``hpu``, ``npu``, ...), or ``emulated:NAME`` for the
 emulated accelerator of ``tests/emulator`` loaded as device type ``NAME`` in this process and,
-through ``LIGHTNING_ANYACCEL_EMULATE`` and ``PYTHONPATH``, in every child process. Tests marked
+through ``LIGHTNING_ANYACCEL_EMULATE`` and ``PYTHONPATH``, in every child process
+(``emulated:NAME:1``: one emulated device, like a one-GPU machine). Tests marked
 ``device_generic`` take the device from the ``device`` fixture; ``pytest -m device_generic
---device ...`` runs only them. ``--validation-record PATH`` writes what ran where (docs/validate_hardware.md).
+--device ...`` runs only them. A test marked ``needs_devices(n)`` is skipped, saying why, where the
+device under test has fewer than ``n`` devices (CPU always has enough: it runs several processes).
+``--validation-record PATH`` writes what ran where (docs/validate_hardware.md).
 """
 
 from __future__ import annotations
@@ -50,6 +53,13 @@ class DeviceUnderTest:
         return self.type == "cpu"
 
     @property
+    def count(self) -> int:
+        """How many devices of the type this machine has (CPU: unlimited processes, reported as 2 or more)."""
+        from lightning_anyaccel import runtime
+
+        return max(2, os.cpu_count() or 1) if self.is_cpu else runtime.device_count(self.type)
+
+    @property
     def level(self) -> str:
         """What a pass on it proves: ``hardware`` or ``emulated`` (CPU counts as hardware)."""
         return "emulated" if self.emulated else "hardware"
@@ -70,13 +80,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _setup_device(spec: str) -> DeviceUnderTest:
     """Load the emulator or check the real device; export what child processes need."""
     if spec.startswith("emulated:"):
-        name = spec.split(":", 1)[1]
+        emulate = spec.split(":", 1)[1]  # "npu" or "npu:1" (one device)
         if str(TESTS) not in sys.path:
             sys.path.insert(0, str(TESTS))
         import emulator
 
-        emulator.load(name)
-        os.environ[emulator.ENV_VAR] = name
+        name, count = emulator.parse_spec(emulate)
+        emulator.load(name, devices=count)
+        os.environ[emulator.ENV_VAR] = emulate
         os.environ["PYTHONPATH"] = os.pathsep.join([str(AUTOLOAD), os.environ["PYTHONPATH"]])
         return DeviceUnderTest(type=name, emulated=True, backend=emulator.backend_name(name), spec=spec)
     if spec == "cpu":
@@ -95,11 +106,22 @@ def _setup_device(spec: str) -> DeviceUnderTest:
 def pytest_configure(config: pytest.Config) -> None:
     global _DEVICE
     config.addinivalue_line("markers", "device_generic: trains on the device given by --device (run again per device)")
+    config.addinivalue_line("markers", "needs_devices(n): skipped where the device under test has fewer than n devices")
     _DEVICE = _setup_device(config.getoption("--device"))
     if config.getoption("--validation-record"):
         from validation_record import COLLECTOR
 
         config.pluginmanager.register(COLLECTOR, "anyaccel-validation-record")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a ``needs_devices(n)`` test, naming the count, where the device under test has fewer devices."""
+    marker = item.get_closest_marker("needs_devices")
+    if marker is None or _DEVICE is None:
+        return
+    needed, found = int(marker.args[0]), _DEVICE.count
+    if found < needed:
+        pytest.skip(f"needs {needed} {_DEVICE.type} devices, this machine has {found}")
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -67,6 +67,7 @@ def popen_bf16_run(tmp_path_factory, request) -> tuple[Path, list[dict[str, Any]
 
 @pytest.mark.slow
 @pytest.mark.device_generic
+@pytest.mark.needs_devices(2)
 def test_fabric_ddp_popen_bf16_collectives_and_save(popen_bf16_run, device_type) -> None:
     out, ranks = popen_bf16_run
     check_ddp(ranks)
@@ -81,6 +82,7 @@ def test_fabric_ddp_popen_bf16_collectives_and_save(popen_bf16_run, device_type)
 
 @pytest.mark.slow
 @pytest.mark.device_generic
+@pytest.mark.needs_devices(2)
 def test_fabric_load_with_one_process_continues(popen_bf16_run, tmp_path, monkeypatch) -> None:
     """A checkpoint saved by 2 processes loads into 1: weights restored, step count continues."""
     import sys
@@ -103,6 +105,7 @@ def test_fabric_load_with_one_process_continues(popen_bf16_run, tmp_path, monkey
 
 @pytest.mark.slow
 @pytest.mark.device_generic
+@pytest.mark.needs_devices(2)
 def test_fabric_ddp_spawn(python_runner, tmp_path, device_type) -> None:
     ranks = run_script(python_runner, tmp_path, "--strategy", "any_ddp_spawn")
     check_ddp(ranks)
@@ -116,6 +119,7 @@ def test_fabric_ddp_spawn(python_runner, tmp_path, device_type) -> None:
 
 @pytest.mark.slow
 @pytest.mark.device_generic
+@pytest.mark.needs_devices(2)
 def test_fabric_ddp_fork(python_runner, tmp_path) -> None:
     ranks = run_script(python_runner, tmp_path, "--strategy", "any_ddp_fork")
     check_ddp(ranks)
@@ -197,6 +201,7 @@ def test_fabric_16_mixed_scaler_on_accelerator_device(device_type) -> None:
 
 
 @pytest.mark.device_generic
+@pytest.mark.needs_devices(2)
 def test_fabric_ddp_instance_and_registry_names(device) -> None:
     fabric = Fabric(accelerator="any", strategy="any_ddp_spawn", devices=2)
     assert type(fabric.strategy) is AnyDDPStrategy and fabric.strategy._start_method == "spawn"

@@ -121,6 +121,7 @@ def test_deepspeed_zero_partitions_optimizer_state(tmp_path, ddp, strategy):
 
 @pytest.mark.slow
 @pytest.mark.device_generic
+@pytest.mark.needs_devices(2)
 @pytest.mark.parametrize("strategy", ["fsdp", "fsdp2"])
 def test_parameters_sharded_on_the_device_under_test(tmp_path, strategy, device):
     """FSDP and FSDP2 with 2 processes on the device under test (``--device``): each rank holds about half
@@ -135,3 +136,27 @@ def test_parameters_sharded_on_the_device_under_test(tmp_path, strategy, device)
     expected = ["cpu", "cpu"] if device.is_cpu else [f"{device.type}:0", f"{device.type}:1"]
     assert [r["param_device"] for r in ranks] == expected
     assert all(r["global_step"] == 3 and len(r["losses"]) == 3 for r in ranks)
+
+
+@pytest.mark.slow
+@pytest.mark.device_generic
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "fsdp2", pytest.param("deepspeed_2", marks=needs_deepspeed)])
+def test_one_process_on_a_one_device_machine(tmp_path, strategy, device):
+    """A machine with one device (one GPU): each distributed strategy trains as 1 process on it, with the
+    device's collective backend and its parameters on the device. Machines with 2 or more devices run the
+    2-process tests above instead."""
+    if device.count >= 2:
+        pytest.skip(f"{device.count} {device.type} devices: the 2-process tests cover every strategy")
+    if strategy.startswith("deepspeed") and device.emulated:
+        pytest.skip("DeepSpeed has no accelerator for the emulated device (it imports the vendor's package)")
+    out = tmp_path / "run"
+    out.mkdir()
+    proc = run_python([RUN, "--strategy", strategy, "--devices", "1", "--device-type", device.type, "--max-steps", "3",
+                       "--out", str(out)], timeout=TIMEOUT, env=ENV)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    (rank,) = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    assert rank["global_step"] == 3 and len(rank["losses"]) == 3
+    assert rank["backend"] == device.backend  # the device's collective backend, even for one process
+    assert rank["param_device"] == f"{device.type}:0"
+    assert rank["param_numel"] == rank["total_numel"]  # one process holds everything
+    assert all(v == v and v < 1e6 for v in rank["losses"])  # finite

@@ -114,6 +114,7 @@ def _ranks(out: Path) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.device_generic
+@pytest.mark.needs_devices(2)
 @pytest.mark.parametrize("strategy", ["any_ddp", "any_ddp_spawn", "any_ddp_fork"])
 def test_ddp_two_processes(python_runner, tmp_path, strategy, device):
     proc = python_runner([TRAIN, "--strategy", strategy, "--devices", "2", "--precision", "bf16-mixed",
@@ -151,6 +152,7 @@ def test_lightnings_ddp_spawn_with_any_accelerator_keeps_ranks_in_sync(python_ru
 
 @pytest.mark.slow
 @pytest.mark.device_generic
+@pytest.mark.needs_devices(2)
 def test_checkpoint_from_two_processes_resumes_on_one(python_runner, tmp_path, device):
     ckpt, out1, out2 = tmp_path / "ckpt", tmp_path / "run1", tmp_path / "run2"
     out1.mkdir(), out2.mkdir()
@@ -174,6 +176,7 @@ def test_checkpoint_from_two_processes_resumes_on_one(python_runner, tmp_path, d
 
 @pytest.mark.slow
 @pytest.mark.device_generic
+@pytest.mark.needs_devices(2)
 def test_fork_refused_after_the_parent_initialised_the_device(python_runner, tmp_path, device):
     """The children of a fork after initialisation could not use the device: the package refuses first."""
     if get_spec(device.type).fork_safe_after_init:
