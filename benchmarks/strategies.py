@@ -72,6 +72,11 @@ def _ratio_rounds(runs: dict[str, list[dict[str, Any]]], a: str, b: str, steps: 
     return [rate(x) / rate(y) for x, y in zip(runs[a], runs[b])]
 
 
+def _median_step_rate(run: dict[str, Any]) -> float:
+    """Steps per second of a run's median step (1 / median step time)."""
+    return 1.0 / statistics.median(run["step_s"])
+
+
 def _verdict(per_round: dict[str, Any], goal: float) -> str:
     """``met``, ``within noise`` (some round reached the goal) or ``not met``."""
     if per_round["median"] >= goal:
@@ -96,6 +101,10 @@ def summarize_family(raw: dict[str, Any], w: Workload, world: int) -> dict[str, 
                 "per_round": summarize(_ratio_rounds(runs, a, b)),
                 "cpu_per_round": summarize([x["cpu_steps_per_s"] / y["cpu_steps_per_s"]
                                             for x, y in zip(runs[a], runs[b])]),
+                # the typical step of each run (its median step time): blind to the slow steps a busy or
+                # throttled host adds, which the mean-based steps/s counts in full
+                "median_step_per_round": summarize([_median_step_rate(x) / _median_step_rate(y)
+                                                    for x, y in zip(runs[a], runs[b])]),
             }
     for name in runs:
         if name.startswith("plugin+"):
