@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import cProfile
 import inspect
+import sys
 import pstats
 from typing import Any
 
@@ -51,7 +52,8 @@ def _device_functions(device_type: str) -> set[tuple[str, int, str]]:
     module = runtime.device_module(device_type)
     keys = set()
     for value in vars(module).values():
-        if not callable(value):
+        # not the standard library's functions it imports (``torch.cuda`` has ``typing.cast`` in its namespace)
+        if not callable(value) or str(getattr(value, "__module__", "")).split(".")[0] in sys.stdlib_module_names:
             continue
         # the function itself, not a decorator's wrapper (contextmanager's ``helper`` is shared by all)
         code = getattr(inspect.unwrap(value), "__code__", None)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, ROOT, SCHEMA, load_average, metadata, write_json
+from benchmarks.common import ROOT, SCHEMA, load_average, metadata, write_json
 
 SECTIONS: tuple[str, ...] = ("overhead", "strategies", "collective", "first_step", "device_calls")
 #: ``--device emulated:NAME``: the emulated PrivateUse1 device of the tests (``tests/emulator``), loaded
@@ -119,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions (a few minutes)")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "latest.json", help="results file to write")
-    parser.add_argument("--no-report", action="store_true", help="do not render plots and docs/benchmarks.md")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results file to write (default: benchmarks/results/<device type>.json)")
+    parser.add_argument("--no-report", action="store_true",
+                        help="do not render plots and the device's page (docs/benchmarks.md for CPU)")
     parser.add_argument("--device", default=None,
                         help="emulated:NAME runs everything on the tests' emulated device NAME (tests/emulator);"
                              " otherwise the device torch.accelerator reports (give its type to check it)")
@@ -135,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
     settings = _override(parser, QUICK if args.quick else Settings(), args.set)
     doc = run_all(settings, sections)
+    doc["meta"]["overrides"] = list(args.set)  # the --set fields, to reproduce the run
+    if args.out is None:
+        from benchmarks.report import results_for
+
+        args.out = results_for(doc["meta"]["device"]["type"])
     write_json(args.out, doc)
     print(f"[bench] wrote {args.out} ({doc['meta']['runtime_s']} s)")
     if not args.no_report:

@@ -133,3 +133,18 @@ def test_emulated_device_option_names_what_is_missing(capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit):
         run.main(["--device", "emulated:npu", "--only", "overhead"])
     assert "tests/emulator" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("results", sorted(p.name for p in (ROOT / "benchmarks" / "results").glob("*.json")))
+def test_committed_pages_are_rendered_from_their_results(tmp_path, results) -> None:
+    """Each device's benchmarks page is exactly what its results file renders to (nothing edited by hand);
+    a run on a one-GPU machine says that it ran 1 process."""
+    from benchmarks import report
+
+    doc = json.loads((ROOT / "benchmarks" / "results" / results).read_text())
+    page, images = report.page_for(doc["meta"]["device"]["type"])
+    fresh = tmp_path / page.relative_to(ROOT)
+    report.render(ROOT / "benchmarks" / "results" / results, page=fresh, images=tmp_path / images.relative_to(ROOT))
+    assert fresh.read_text() == page.read_text(), f"{page.name} is stale: python -m benchmarks.report {results}"
+    if doc.get("strategies", {}).get("settings", {}).get("processes") == 1:
+        assert "**One device.**" in fresh.read_text() and "1 process (" in fresh.read_text()

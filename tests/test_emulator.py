@@ -85,6 +85,14 @@ def test_validation_record_says_what_ran(tmp_path):
     assert "fork_safety" not in record["features"]  # skipped tests prove nothing
     text = "[devices.cpu.hardware]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in record.items())
     assert tomllib.loads(text)["devices"]["cpu"]["hardware"]["features"]["mixed_precision"] == "passed"
+    # a machine with one device: the 2-process tests skip, the 1-process ones pass and say so
+    one = {"tests/test_trainer_cpu.py::test_ddp_two_processes[any_ddp]": "skipped",
+           "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine[ddp]": "passed",
+           "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine[fsdp]": "passed",
+           "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine[fsdp2]": "failed"}
+    features = build_record(DeviceUnderTest(type="cpu", emulated=False, backend="gloo", spec="cpu"), one,
+                            "pytest")["features"]
+    assert features == {"ddp": "passed (1 process)", "fsdp": "passed (1 process)", "fsdp2": "failed"}
 
 
 def test_support_matrix_levels_come_from_validation_toml():
@@ -102,6 +110,9 @@ def test_support_matrix_levels_come_from_validation_toml():
     assert docs._feature_cell(devices["npu"], "deepspeed") == "-"
     assert docs._feature_cell(devices["xpu"], "ddp") == "S"
     assert docs._feature_cell(devices["cpu"], "ddp") == "H"
-    assert docs._level_text(devices["cuda"], "hardware") == "no"  # no GPU ever ran the suite
+    assert docs._feature_cell(devices["cuda"], "single_device") == "H"
+    # a one-GPU machine ran DDP as 1 process; 2 processes only ever ran with simulated device APIs
+    assert docs._feature_cell(devices["cuda"], "ddp") == "H (1 process), S"
+    assert docs._feature_cell(devices["cuda"], "fork_safety") == "S"
     for entry in devices.values():
         assert entry["status"] == next((lv for lv in docs.LEVELS if lv in entry), "untested")

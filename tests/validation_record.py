@@ -22,15 +22,20 @@ import pytest
 FEATURES: dict[str, tuple[str, ...]] = {
     "single_device": ("test_single_device_fit", "test_fabric_single_device"),
     "mixed_precision": ("bf16", "16_mixed"),
-    "ddp": ("test_ddp_two_processes", "test_fabric_ddp_", "test_fabric_notebook"),
+    "ddp": ("test_ddp_two_processes", "test_fabric_ddp_", "test_fabric_notebook", "machine[ddp]"),
     "fork_safety": ("fork",),
-    "fsdp": ("fsdp-", "fsdp_"),
+    "fsdp": ("fsdp-", "fsdp_", "machine[fsdp]"),
     "fsdp2": ("fsdp2",),
     "deepspeed": ("deepspeed",),
     "checkpoint": ("checkpoint", "load_with_one", "resume"),
     "device_stats": ("device_stats",),
     "verify": ("test_verify",),
 }
+
+
+#: The test that runs each distributed strategy as one process on a machine with one device: a feature
+#: that passed only there is recorded as ``"passed (1 process)"``, not as a multi-process pass.
+ONE_PROCESS_TEST = "test_one_process_on_a_one_device_machine"
 
 
 class _Collector:
@@ -101,9 +106,11 @@ def build_record(device: Any, outcomes: dict[str, str], command: str) -> dict[st
     counts = {k: sum(1 for v in outcomes.values() if v == k) for k in ("passed", "failed", "skipped")}
     features: dict[str, str] = {}
     for feature, needles in FEATURES.items():
-        hits = [v for node, v in outcomes.items() if any(n in node for n in needles) and v != "skipped"]
+        hits = {node: v for node, v in outcomes.items() if any(n in node for n in needles) and v != "skipped"}
         if hits:
-            features[feature] = "passed" if all(v == "passed" for v in hits) else "failed"
+            passed = all(v == "passed" for v in hits.values())
+            one_process = all(ONE_PROCESS_TEST in node for node in hits)
+            features[feature] = ("passed (1 process)" if one_process else "passed") if passed else "failed"
     record: dict[str, Any] = {"date": datetime.date.today(), **_device_facts(device.type)}
     record.update(
         lightning=_version("lightning") or "", python=platform.python_version(), **counts,

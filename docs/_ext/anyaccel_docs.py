@@ -105,12 +105,20 @@ def _level_text(entry: dict[str, Any], level: str) -> str:
 
 
 def _feature_cell(entry: dict[str, Any], feature: str) -> str:
-    """The strongest level at which ``feature`` passed: H (hardware), E (emulated), S (simulated), or -."""
+    """The strongest level at which ``feature`` passed: H (hardware), E (emulated), S (simulated), or -.
+
+    A pass recorded as ``"passed (1 process)"`` (a machine with one device) keeps its qualifier, e.g.
+    ``H (1 process)``, and a multi-process pass at a weaker level is shown next to it.
+    """
+    cells = []
     for level, mark in zip(LEVELS, ("H", "E", "S")):
         sub = entry.get(level)
-        if isinstance(sub, dict) and sub.get("features", {}).get(feature) == "passed":
-            return mark
-    return "-"
+        value = str(sub.get("features", {}).get(feature, "")) if isinstance(sub, dict) else ""
+        if value == "passed":
+            return ", ".join([*cells, mark])
+        if value.startswith("passed ("):
+            cells.append(mark + value[len("passed"):])
+    return ", ".join(cells) or "-"
 
 
 class _TableDirective(SphinxDirective):
