@@ -225,6 +225,33 @@ def _header(doc: dict[str, Any], source: str) -> list[str]:
     ]
 
 
+def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float, float] | None:
+    """A distribution-free interval for the median of ``values``: (low, high, coverage), or ``None``.
+
+    The order statistics ``x(j)`` and ``x(n+1-j)`` bracket the true median with probability
+    ``1 - 2 P(B <= j-1)``, ``B ~ Binomial(n, 1/2)``; ``j`` is the largest with coverage >= ``level``.
+    Five rounds cannot give 95 % (min..max covers 93.75 %), six can.
+
+    >>> median_ci([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    (1.0, 6.0, 0.96875)
+    """
+    import math
+
+    data, n = sorted(values), len(values)
+    best = None
+    for j in range(1, n // 2 + 1):
+        coverage = 1 - 2 * sum(math.comb(n, i) for i in range(j)) / 2**n
+        if coverage < level:
+            break
+        best = (data[j - 1], data[n - j], coverage)
+    return best
+
+
+def _ci_cell(values: list[float] | None) -> str:
+    ci = median_ci(values) if values else None
+    return f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else "– (too few rounds)"
+
+
 def _at_a_glance(doc: dict[str, Any]) -> list[str]:
     """Every goal of the page, its figure from this run, and whether the run met it."""
     rows = []
@@ -233,9 +260,11 @@ def _at_a_glance(doc: dict[str, Any]) -> list[str]:
         pr = ov["ratios"]["plugin/builtin"]
         c = ov.get("calls_per_step", {})
         same = "same" if c.get("plugin") and c.get("plugin") == c.get("builtin") else "–"
+        values = pr["per_round"].get("values")
         g = {"goal": ov["goal_plugin_over_builtin"], **pr["per_round"]}
         rows.append(f"| one device: plugin / Lightning's accelerator | ≥ {g['goal']} | {_spread(pr['per_round'])} |"
-                    f" {_spread(pr['cpu_per_round']) if 'cpu_per_round' in pr else '–'} | {same} | {_verdict(g)} |")
+                    f" {_ci_cell(values)} | {_spread(pr['cpu_per_round']) if 'cpu_per_round' in pr else '–'} |"
+                    f" {same} | {_verdict(g, values)} |")
     for fam, r in doc.get("strategies", {}).get("families", {}).items():
         label = FAMILY_LABELS.get(fam, fam)
         for key, text in (("plugin/lightning", "plugin / Lightning's strategy"),
@@ -244,30 +273,33 @@ def _at_a_glance(doc: dict[str, Any]) -> list[str]:
             if not g:
                 continue
             if g["verdict"] == "no anchor":
-                rows.append(f"| {label}: plugin / raw against Lightning | ≥ {g['goal']} |"
-                            f" plugin / raw {_spread(r['ratios']['plugin/raw']['per_round'])} |"
-                            f" {_spread(r['ratios']['plugin/raw']['cpu_per_round'])} | – | {_verdict(g)} |")
+                raw = r["ratios"]["plugin/raw"]["per_round"]
+                rows.append(f"| {label}: plugin / raw against Lightning | ≥ {g['goal']} | plugin / raw {_spread(raw)} |"
+                            f" {_ci_cell(raw.get('values'))} | {_spread(r['ratios']['plugin/raw']['cpu_per_round'])} |"
+                            f" – | {_verdict(g)} |")
                 continue
+            values = _goal_values(r, key)
             figure = _spread(g) if "min" in g else f"{g['median']:.3f}"
             cpu = r["ratios"].get("plugin/lightning", {}).get("cpu_per_round")
             cpu_cell = _spread(cpu) if cpu and key == "plugin/lightning" else "–"
             calls = (_calls(r, "plugin"), _calls(r, "lightning"))
             same = "same" if calls[0] and calls[1] and round(calls[0][0]) == round(calls[1][0]) else "–"
-            rows.append(f"| {label}: {text} | ≥ {g['goal']} | {figure} | {cpu_cell} |"
-                        f" {same if key == 'plugin/lightning' else '–'} | {_verdict(g)} |")
+            rows.append(f"| {label}: {text} | ≥ {g['goal']} | {figure} | {_ci_cell(values)} | {cpu_cell} |"
+                        f" {same if key == 'plugin/lightning' else '–'} | {_verdict(g, values)} |")
     if not rows:
         return []
     return [
         "## Goals at a glance",
         "",
-        "Medians of per-round ratios of steps per second [min–max over rounds], from this run only, next to the"
-        " same ratio of steps per CPU-second of the process (less disturbed by other jobs) and whether the plugin"
-        " and Lightning make the same number of function calls per step (deterministic). Goals are reported,"
-        " never asserted in tests. *Not resolved*: the rounds fall on both sides of the goal, so this run cannot"
-        " tell whether it is met.",
+        "Medians of per-round ratios of steps per second [min–max over rounds], from this run only, with a 95 %"
+        " interval for that median (distribution-free, from the order statistics of the rounds; six rounds or more),"
+        " next to the same ratio of steps per CPU-second of the process (less disturbed by other jobs) and whether"
+        " the plugin and Lightning make the same number of function calls per step (deterministic). Goals are"
+        " reported, never asserted in tests. *Not resolved*: the median's interval contains the goal (or, with too"
+        " few rounds for one, the rounds fall on both sides of it), so this run cannot tell whether it is met.",
         "",
-        "| figure | goal | this run (wall clock) | per CPU-second | calls per step | verdict |",
-        "|---|---|---|---|---|---|",
+        "| figure | goal | this run (wall clock) | median's 95 % interval | per CPU-second | calls per step | verdict |",
+        "|---|---|---|---|---|---|---|",
         *rows,
         "",
         _gpu_sentence(doc["meta"]["device"]["type"]),
@@ -377,14 +409,33 @@ def _ratio_cell(r: dict[str, Any] | None) -> str:
     return _spread(r["per_round"]) if r else "–"
 
 
-def _verdict(g: dict[str, Any]) -> str:
-    """Whether a goal was met, and whether this run's spread resolves it (from the per-round median and range)."""
+def _goal_values(r: dict[str, Any], key: str) -> list[float] | None:
+    """The per-round values behind a strategy family's goal ``key`` (for the median's interval)."""
+    ra = r.get("ratios", {})
+    if key == "plugin/lightning":
+        return ra.get("plugin/lightning", {}).get("per_round", {}).get("values")
+    p = ra.get("plugin/raw", {}).get("per_round", {}).get("values")
+    q = ra.get("lightning/raw", {}).get("per_round", {}).get("values")
+    return [a / b for a, b in zip(p, q)] if p and q else None
+
+
+def _verdict(g: dict[str, Any], values: list[float] | None = None) -> str:
+    """Whether a goal was met, and whether this run resolves it: by the median's 95 % interval where the
+    rounds give one (``values``), else by the per-round range."""
     if g.get("verdict") == "no anchor":
         return "not judged: Lightning's own strategy does not run on this device"
     if "min" not in g:
         return "met" if g["median"] >= g["goal"] else "not met"
     if g["min"] >= g["goal"]:
         return "**met** in every round"
+    ci = median_ci(values) if values else None
+    if ci and ci[0] >= g["goal"]:
+        return "**met**: the median's 95 % interval lies above the goal"
+    if ci and ci[1] < g["goal"]:
+        return "**not met**: the median's 95 % interval lies below the goal"
+    if ci:
+        side = "met" if g["median"] >= g["goal"] else "missed"
+        return f"{side} by the median; not resolved (the median's 95 % interval contains the goal)"
     if g["median"] >= g["goal"]:
         return "met by the median; not resolved (rounds on both sides of the goal)"
     if g["max"] >= g["goal"]:
