@@ -88,6 +88,30 @@ def test_16_mixed_uses_device_scaler(device_type):
     assert trainer.precision_plugin.scaler._scale.device.type == device_type  # the scaler ran on the device
 
 
+@pytest.mark.device_generic
+def test_device_report_names_the_device_used(device_type, caplog):
+    """Lightning's report says "GPU available but not used" while the package trains on that GPU, and
+    says nothing of other devices; with the package's accelerator the report names the device in use."""
+    import logging
+    import warnings
+
+    from lightning_anyaccel import runtime
+
+    caplog.set_level(logging.INFO)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Trainer(accelerator="any", devices=1, logger=False, enable_progress_bar=False, enable_checkpointing=False)
+    assert not [w for w in caught if "available but" in str(w.message)], [str(w.message) for w in caught]
+    found = runtime.detect_device_type()
+    if found == "cpu":
+        assert "No accelerator found: training on CPU" in caplog.text
+        return
+    assert f"{get_spec(found).name} available: True ({found}), used: True (AnyAccelerator, 1 device(s))" in caplog.text
+    assert "GPU available: True (cuda), used: False" not in caplog.text
+    with pytest.warns(UserWarning, match=f"available but this Trainer trains on cpu: .* picks the {found}"):
+        Trainer(accelerator=AnyAccelerator("cpu"), devices=1, logger=False)
+
+
 def test_32_true_has_no_autocast():
     _, model = _fit(accelerator=AnyAccelerator(), strategy="any_single", devices=1)
     assert model.autocast_seen == []

@@ -18,7 +18,10 @@ not promise (names starting with ``_``):
   Lightning, and checks that the package uses no private name that is not listed here);
 - :func:`private` is how the package reads a private module attribute;
 - :func:`install_connector_hooks` teaches Lightning's accelerator connectors (Trainer and Fabric)
-  to ask :mod:`lightning_anyaccel.policy` which strategy to use with the package's accelerator.
+  to ask :mod:`lightning_anyaccel.policy` which strategy to use with the package's accelerator;
+- :func:`install_device_info_hook` lets the policy report the device a Trainer uses (Lightning's
+  own report knows CUDA, MPS and TPU only, and warns "GPU available but not used" while the
+  package trains on that GPU).
 
 Example:
     >>> PYTORCH_LIGHTNING.translate("lightning.pytorch.strategies.ddp")
@@ -262,6 +265,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector",
                 "install_connector_hooks"),
     PrivateName("lightning.fabric.connector", "_Connector", "install_connector_hooks"),
+    PrivateName("lightning.pytorch.trainer.setup", "_log_device_info", "install_device_info_hook", ("trainer",)),
 )
 
 _TRAINER_DDP = "lightning.pytorch.strategies.DDPStrategy"
@@ -445,6 +449,8 @@ class ConnectorPolicy:
     check: Callable[[ConnectorView], None]
     #: Refuses arguments built for another front end (``(front_end, arguments)``), for every accelerator.
     check_arguments: Callable[[FrontEnd, tuple[Any, ...]], None]
+    #: Reports the device a Trainer with the package's accelerator uses (instead of Lightning's report).
+    log_device_info: Callable[[Any], None]
 
 
 def install_connector_hooks(front_end: FrontEnd, connector: str, policy: ConnectorPolicy) -> None:
@@ -497,6 +503,33 @@ def install_connector_hooks(front_end: FrontEnd, connector: str, policy: Connect
     setattr(connector_class, _CONNECTOR_MARK, True)
 
 
+_DEVICE_INFO = ("lightning.pytorch.trainer.setup", "_log_device_info")
+
+
+def install_device_info_hook(front_end: FrontEnd, policy: ConnectorPolicy) -> None:
+    """Let ``policy.log_device_info`` report the device of a Trainer with the package's accelerator (idempotent).
+
+    ``Trainer.__init__`` calls ``setup._log_device_info(trainer)``, which only knows CUDA, MPS and TPU:
+    for ``AnyAccelerator`` on a GPU it logs "used: False" and warns "GPU available but not used",
+    and for every other device type it says nothing. Trainers of every other accelerator keep
+    Lightning's report.
+    """
+    module = front_end.module(_DEVICE_INFO[0])
+    original = getattr(module, _DEVICE_INFO[1])
+    if getattr(original, _CONNECTOR_MARK, False):
+        return
+
+    @functools.wraps(original)
+    def log_device_info(trainer: Any) -> None:
+        if policy.owns(getattr(trainer, "accelerator", None)):
+            policy.log_device_info(trainer)
+        else:
+            original(trainer)
+
+    setattr(log_device_info, _CONNECTOR_MARK, True)
+    setattr(module, _DEVICE_INFO[1], log_device_info)
+
+
 def _wrap(
     cls: type,
     method: str,
@@ -532,6 +565,7 @@ __all__ = [
     "front_end_of",
     "front_end_of_module",
     "install_connector_hooks",
+    "install_device_info_hook",
     "is_interactive",
     "lightning_class",
     "port",

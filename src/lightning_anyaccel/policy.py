@@ -186,9 +186,39 @@ def _flatten(arguments: Any) -> list[Any]:
     return items
 
 
+def log_device_info(trainer: Any) -> None:
+    """What Lightning's device report says, for the package's accelerator: the device it trains on.
+
+    Lightning's report knows CUDA, MPS and TPU only. This one names the device type torch reports,
+    and warns, naming the fix, when the Trainer trains elsewhere (on CPU while a GPU is there).
+
+    Example (on a machine with one GPU)::
+
+        NVIDIA GPU (CUDA) / AMD GPU (ROCm) available: True (cuda), used: True (AnyAccelerator, 1 device(s))
+    """
+    front_end = _lightning.front_end_of(trainer) or _lightning.LIGHTNING
+    rank_zero = front_end.module("lightning.pytorch.utilities.rank_zero")  # the user's logger names
+    from lightning_anyaccel import runtime
+
+    used, found = trainer.accelerator.device_type, runtime.detect_device_type()
+    if found == "cpu":
+        rank_zero.rank_zero_info(f"No accelerator found: training on CPU (AnyAccelerator, {trainer.num_devices}"
+                                 " process(es))")
+        return
+    name = get_spec(found).name
+    rank_zero.rank_zero_info(f"{name} available: True ({found}), used: {used == found}"
+                             + (f" (AnyAccelerator, {trainer.num_devices} device(s))" if used == found else ""))
+    if used != found:
+        rank_zero.rank_zero_warn(
+            f"{name} ({found}) is available but this Trainer trains on {used}: AnyAccelerator() or"
+            f" accelerator='any' picks the {found}."
+        )
+
+
 #: The policy as the connector hooks take it.
 POLICY = _lightning.ConnectorPolicy(
-    owns=owns, choose=choose, translate=translate, check=check, check_arguments=check_arguments
+    owns=owns, choose=choose, translate=translate, check=check, check_arguments=check_arguments,
+    log_device_info=log_device_info,
 )
 
 __all__ = [

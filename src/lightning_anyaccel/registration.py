@@ -108,6 +108,8 @@ def _register(front_end: FrontEnd, side: str) -> None:
         if hasattr(ported, "register_strategies"):
             ported.register_strategies(strategies)
     _lightning.install_connector_hooks(front_end, connector, POLICY)
+    if side == "trainer":
+        _lightning.install_device_info_hook(front_end, POLICY)
 
 
 def registered_front_ends() -> list[tuple[str, str]]:
