@@ -154,6 +154,8 @@ def test_one_process_on_a_one_device_machine(tmp_path, strategy, device):
     proc = run_python([RUN, "--strategy", strategy, "--devices", "1", "--device-type", device.type, "--max-steps", "3",
                        "--out", str(out)], timeout=TIMEOUT, env=ENV)
     assert proc.returncode == 0, proc.stdout[-4000:]
+    # Lightning's CUDA side stream around DDP made torch warn at every backward (Lightning-AI/pytorch-lightning#21567)
+    assert "AccumulateGrad node's stream does not match" not in proc.stdout
     (rank,) = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     assert rank["global_step"] == 3 and len(rank["losses"]) == 3
     assert rank["backend"] == device.backend  # the device's collective backend, even for one process

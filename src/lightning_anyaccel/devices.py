@@ -46,7 +46,6 @@ class DeviceSpec:
         memory_stats: where memory statistics come from (``torch.accelerator``, the device
             module, MPS's own counters, or the host for CPU).
         fork_safe_after_init: whether a process may ``fork`` after it initialised the device.
-        ddp_side_stream: wrap DDP construction in a side stream (what Lightning does on CUDA).
         lightning_builtin: the name of Lightning's own accelerator for this device, if any.
             Such names stay Lightning's; ours is reachable as an instance or as ``"any"``.
         profiler_activity: the ``torch.profiler.ProfilerActivity`` name for this device.
@@ -71,7 +70,6 @@ class DeviceSpec:
     seed_functions: tuple[str, ...] = ("manual_seed_all",)
     memory_stats: MemoryStatsSource = "accelerator"
     fork_safe_after_init: bool = False
-    ddp_side_stream: bool = False
     lightning_builtin: str | None = None
     profiler_activity: str | None = None
     deepspeed_accelerator: str | None = None
@@ -112,7 +110,6 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             backend="nccl",
             autocast_dtypes=("bf16", "fp16"),
             install="the CUDA or ROCm build from pytorch.org",
-            ddp_side_stream=True,
             lightning_builtin="cuda",
             profiler_activity="CUDA",
             notes="Lightning has its own CUDAAccelerator; ours gives the same behaviour through the generic path.",

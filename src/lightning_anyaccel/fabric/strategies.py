@@ -84,7 +84,7 @@ class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
     @override
     def setup_module(self, module: Module) -> DistributedDataParallel:
         device_ids = self._determine_ddp_device_ids()
-        return self._wrap_ddp(module, device_ids, functools.partial(super().setup_module, module))
+        return self._wrap_ddp(module, device_ids)
 
 
 class AnyFSDPStrategy(FabricAtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):

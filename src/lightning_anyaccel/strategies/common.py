@@ -48,7 +48,6 @@ from typing_extensions import override
 
 from lightning_anyaccel import _lightning, rendezvous, supervision
 from lightning_anyaccel.checkpoint import AtomicCheckpointIO
-from lightning_anyaccel.devices import get_spec
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
 from lightning_anyaccel.environments import AnyMPIEnvironment
 from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
@@ -384,10 +383,14 @@ class AnyDistributedMixin(AnyStrategyMixin):
         """Destroy the process group at exit for every backend (Lightning does it for NCCL only)."""
         atexit.register(_lightning.private("lightning.fabric.utilities.distributed", "_destroy_dist_connection"))
 
-    def _wrap_ddp(self, module: torch.nn.Module, device_ids: list[int] | None, default: Callable[[], Any]) -> Any:
-        """Wrap ``module`` in DDP; only devices whose table row says so use Lightning's side stream."""
-        if get_spec(self.device_type).ddp_side_stream:
-            return default()
+    def _wrap_ddp(self, module: torch.nn.Module, device_ids: list[int] | None) -> Any:
+        """Wrap ``module`` in DDP on the current stream, as plain PyTorch does, on every device type.
+
+        Lightning 2.6 builds DDP inside a new ``torch.cuda.Stream`` where device ids are set: that
+        fails on non-CUDA builds (Lightning-AI/pytorch-lightning#19766), and on CUDA with torch >= 2.10
+        makes every backward warn that the AccumulateGrad node's stream does not match (seen on an
+        H100; Lightning-AI/pytorch-lightning#21567, removed upstream by #21746).
+        """
         return DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
 
     def _barrier(self) -> None:

@@ -20,7 +20,6 @@ network interface, bounds every wait by ``timeout`` (default 10 min, see
 
 from __future__ import annotations
 
-import functools
 
 from typing import Any
 
@@ -57,7 +56,7 @@ class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
     @override
     def _setup_model(self, model: Module) -> Any:
         device_ids = self.determine_ddp_device_ids()
-        return self._wrap_ddp(model, device_ids, functools.partial(super()._setup_model, model))
+        return self._wrap_ddp(model, device_ids)
 
     @override
     def _register_ddp_hooks(self) -> None:
