@@ -189,18 +189,6 @@ def veth_hosts(tag: str) -> Iterator[tuple[Namespace, Namespace]]:
             sh("ip", "netns", "del", host.name, check=False)
 
 
-@contextmanager
-def isolated_netns(tag: str) -> Iterator[str]:
-    """A network namespace with only loopback (nothing can leave it); deleted on exit."""
-    name = f"anyaccel-{tag}"
-    try:
-        sh("ip", "netns", "add", name)
-        sh("ip", "-n", name, "link", "set", "lo", "up")
-        yield name
-    finally:
-        sh("ip", "netns", "del", name, check=False)
-
-
 SLURM_CONF = """\
 ClusterName=anyaccel
 SlurmctldHost={host}(127.0.0.1)
