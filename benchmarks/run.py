@@ -38,9 +38,9 @@ class Settings:
     overhead_reps: int = 20
     overhead_warmup: int = 10
     overhead_measure: int = 150
-    strategy_rounds: int = 5
+    strategy_rounds: int = 6  # the fewest rounds that give the median a 95 % interval (report.median_ci)
     strategy_warmup: int = 5
-    strategy_measure: int = 60
+    strategy_measure: int = 50
     strategy_scale: float = 1.0
     knob_rounds: int = 3
     knob_measure: int = 20
