@@ -73,8 +73,8 @@ lab: install
 clean:
 	rm -rf $(VENV) _build lightning_logs .pytest_cache notebooks/runs tests/emulator/_build $(COMPAT_DIR)
 
-# Benchmarks (benchmarks/, docs/benchmarks.md): `make bench` (22 min on 2 shared cores at load 9-16,
-# 12 CPU-minutes), `make bench BENCH_ARGS=--quick`;
+# Benchmarks (benchmarks/, docs/benchmarks.md): `make bench` (9 min on 2 otherwise idle cores, 22 min
+# when shared at load 9-16), `make bench BENCH_ARGS=--quick`;
 # BENCH_ARGS="--device emulated:npu" runs them on the tests' emulated device (tests/emulator).
 BENCH_ARGS ?=
 bench: install

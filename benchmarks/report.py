@@ -330,10 +330,10 @@ def _noise_sentence(doc: dict[str, Any], cores: int) -> str:
     if spreads:
         parts.append(f"interquartile range of the overhead runs' steps/s {_pct(min(spreads))}–{_pct(max(spreads))}"
                      " of the median")
-    if load > 0.5 * cores:
+    if load > cores + 2:  # the benchmark itself keeps up to 2 processes (and their threads) busy
         return (f"**Noise:** the machine was shared with other jobs ({'; '.join(parts)}), so single measurements"
                 " vary a lot. Read medians, spreads and the per-round ratios, which pair runs taken back to back.")
-    text = f"**Noise:** the machine was quiet ({'; '.join(parts)})."
+    text = (f"**Noise:** the machine was quiet apart from the benchmark's own processes ({'; '.join(parts)}).")
     if spreads and min(spreads) > 0.05:
         text += (" Yet runs of the same variant still differ by more than 5 %, and their steps per CPU-second move"
                  " with their wall-clock steps/s: the host's CPU itself ran at varying speed (a virtual machine's"
@@ -556,8 +556,9 @@ def _strategies(st: dict[str, Any], image: str | None) -> list[str]:
             "",
             f"**How long, and why.** Each variant runs {cfg['rounds']} rounds of {cfg['measured_steps']} timed steps"
             f" (`benchmarks/run.py`, `Settings`); this section took {st.get('runtime_s', 0) / 60:.0f} min of the"
-            " run (the whole run: see *Where and when*; the defaults keep `make bench` near 20 minutes on a shared"
-            " 2-core machine, and a faster machine affords more rounds with `--set`, see *Reproduce*). The table cuts the same runs to their first N timed steps and gives the spread of the"
+            " run (the whole run: see *Where and when*; the defaults keep `make bench` near 10 minutes on an idle"
+            " 2-core machine, 20 when it is shared, and a faster machine affords more rounds with `--set`, see"
+            " *Reproduce*). The table cuts the same runs to their first N timed steps and gives the spread of the"
             " per-round ratio ((max − min) ÷ median over the rounds) for each N: it shrinks with N while the"
             " step-to-step jitter averages out, and stops shrinking once load changes between runs dominate (on a"
             " shared machine, early). A gap is resolved when every round lies on the same side of 1; where it is"

@@ -1,6 +1,6 @@
 """Run every benchmark on this machine's device and write one results file (then plots + docs page).
 
-    python -m benchmarks                 # defaults (22 min on 2 shared CPU cores at load 9-16)
+    python -m benchmarks                 # defaults (9 min on 2 idle CPU cores, 22 at load 9-16)
     python -m benchmarks --quick         # smaller sizes, fewer repetitions (a few minutes)
     python -m benchmarks --only overhead,strategies --no-report
     python -m benchmarks --device emulated:npu   # on the tests' emulated device (tests/emulator)
