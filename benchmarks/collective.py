@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import child_env, free_port, now, run_ranks, summarize, synchronize
+from benchmarks.common import child_env, free_port, now, processes_possible, run_ranks, summarize, synchronize
 
 DEFAULT_SIZES: tuple[int, ...] = tuple(4**k * 1024 for k in range(1, 9))  # 4 KiB .. 64 MiB
 QUICK_SIZES: tuple[int, ...] = (4096, 262144, 4194304)
@@ -63,7 +63,7 @@ def _bandwidths(rows: list[dict[str, Any]], factor: float) -> list[dict[str, Any
 def run(device_type: str, device_count: int, *, sizes: Sequence[int] = DEFAULT_SIZES, trials: int = 3,
         threads: int = 1, timeout: float = 240) -> dict[str, Any]:
     """Run the 2-process all_reduce sweep and the memcpy sweep; return the ``collective`` section."""
-    world = 2 if device_type == "cpu" else min(2, device_count)
+    world = processes_possible(device_type, device_count)
     device = torch.device("cpu") if device_type == "cpu" else torch.device(device_type, 0)
     torch.set_num_threads(threads)
     result: dict[str, Any] = {

@@ -49,6 +49,11 @@ def _has_interface(name: str) -> bool:
         return False
 
 
+def processes_possible(device_type: str, count: int) -> int:
+    """Processes for a 2-process run: 2 on CPU, else one per device (at most 2; 1 on a one-GPU machine)."""
+    return 2 if device_type == "cpu" else min(2, count)
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 (the only address the benchmarks use)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

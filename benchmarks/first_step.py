@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import child_env, free_port, run_module, summarize
+from benchmarks.common import child_env, free_port, processes_possible, run_module, summarize
 
 START_METHODS: tuple[str, ...] = ("popen", "spawn", "fork")
 PHASES: tuple[str, ...] = ("import", "launch_rendezvous", "first_step")
@@ -55,7 +55,7 @@ def _one(method: str, devices: int, scale: float, timeout: float) -> dict[str, f
 def run(device_type: str, device_count: int, *, reps: int = 3, scale: float = 1.0,
         methods: tuple[str, ...] = START_METHODS, timeout: float = 180) -> dict[str, Any]:
     """Measure every launcher in ``methods`` ``reps`` times; return the ``first_step`` section (seconds)."""
-    devices = 2 if device_type == "cpu" else min(2, device_count)
+    devices = processes_possible(device_type, device_count)
     methods = tuple(m for m in methods if m != "fork" or fork_allowed())
     samples: dict[str, list[dict[str, float]]] = {m: [] for m in methods}
     for _ in range(reps):

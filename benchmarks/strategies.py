@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._strategy_worker import FAMILIES, KNOBS
-from benchmarks.common import child_env, free_port, run_ranks, summarize
+from benchmarks.common import child_env, free_port, processes_possible, run_ranks, summarize
 from benchmarks.models import COMM_BOUND, COMPUTE_BOUND, Workload, scaled
 
 #: Goals, reported next to each figure and never asserted.
@@ -46,11 +46,6 @@ LIGHTNING_CLASSES = {"ddp": "DDPStrategy", "fsdp": "FSDPStrategy", "fsdp2": "Mod
                      "deepspeed": "DeepSpeedStrategy(stage=2)"}
 RAW_WRAPPERS = {"ddp": "DistributedDataParallel", "fsdp": "FullyShardedDataParallel", "fsdp2": "fully_shard",
                 "deepspeed": "deepspeed.initialize"}
-
-
-def processes_possible(device_type: str, count: int) -> int:
-    """Processes for a 2-process run: 2 on CPU, else one per device (at most 2; 1 on a one-GPU machine)."""
-    return 2 if device_type == "cpu" else min(2, count)
 
 
 def _launch(device_type: str, count: int, args: list[str], threads: int, timeout: float) -> dict[str, Any]:

@@ -432,7 +432,7 @@ class ConnectorView:
         return "precision_plugin" if hasattr(self.connector, "precision_plugin") else "precision"
 
 
-_CONNECTOR_MARK = "__lightning_anyaccel_hooks__"
+_HOOK_MARK = "__lightning_anyaccel_hooks__"
 
 
 @dataclass(frozen=True)
@@ -474,7 +474,7 @@ def install_connector_hooks(front_end: FrontEnd, connector: str, policy: Connect
     """
     module_name, _, class_name = connector.rpartition(".")
     connector_class = getattr(front_end.module(module_name), class_name)
-    if connector_class.__dict__.get(_CONNECTOR_MARK, False):
+    if connector_class.__dict__.get(_HOOK_MARK, False):
         return
 
     def choose(original: Callable[[], Any], view: ConnectorView) -> Any:
@@ -500,7 +500,7 @@ def install_connector_hooks(front_end: FrontEnd, connector: str, policy: Connect
         return original_flags(self, *args, **kwargs)
 
     connector_class._check_config_and_set_final_flags = check_flags
-    setattr(connector_class, _CONNECTOR_MARK, True)
+    setattr(connector_class, _HOOK_MARK, True)
 
 
 _DEVICE_INFO = ("lightning.pytorch.trainer.setup", "_log_device_info")
@@ -516,7 +516,7 @@ def install_device_info_hook(front_end: FrontEnd, policy: ConnectorPolicy) -> No
     """
     module = front_end.module(_DEVICE_INFO[0])
     original = getattr(module, _DEVICE_INFO[1])
-    if getattr(original, _CONNECTOR_MARK, False):
+    if getattr(original, _HOOK_MARK, False):
         return
 
     @functools.wraps(original)
@@ -526,7 +526,7 @@ def install_device_info_hook(front_end: FrontEnd, policy: ConnectorPolicy) -> No
         else:
             original(trainer)
 
-    setattr(log_device_info, _CONNECTOR_MARK, True)
+    setattr(log_device_info, _HOOK_MARK, True)
     setattr(module, _DEVICE_INFO[1], log_device_info)
 
 
