@@ -97,7 +97,8 @@ def test_device_report_names_the_device_used(device_type, caplog):
 
     from lightning_anyaccel import runtime
 
-    caplog.set_level(logging.INFO)
+    # on Lightning's logger itself: a benchmark run earlier in this process may have raised its level
+    caplog.set_level(logging.INFO, logger="lightning.pytorch")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         Trainer(accelerator="any", devices=1, logger=False, enable_progress_bar=False, enable_checkpointing=False)
