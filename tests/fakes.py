@@ -63,6 +63,10 @@ class FakeDeviceModule:
     def is_bf16_supported(self) -> bool:
         return self.bf16
 
+    def get_amp_supported_dtype(self) -> list[torch.dtype]:
+        """What vendors' device modules answer ``torch.autocast`` (PrivateUse1 autocast needs it)."""
+        return [torch.float16, torch.bfloat16]
+
     def get_device_name(self, index: int) -> str:
         return f"Fake {self.device_type.upper()} #{index}"
 

@@ -451,6 +451,8 @@ class ConnectorPolicy:
     check_arguments: Callable[[FrontEnd, tuple[Any, ...]], None]
     #: Reports the device a Trainer with the package's accelerator uses (instead of Lightning's report).
     log_device_info: Callable[[Any], None]
+    #: After Lightning's report for its own accelerators: names a present device only the package serves.
+    log_unused_devices: Callable[[Any], None] = lambda trainer: None
 
 
 def install_connector_hooks(front_end: FrontEnd, connector: str, policy: ConnectorPolicy) -> None:
@@ -525,6 +527,7 @@ def install_device_info_hook(front_end: FrontEnd, policy: ConnectorPolicy) -> No
             policy.log_device_info(trainer)
         else:
             original(trainer)
+            policy.log_unused_devices(trainer)
 
     setattr(log_device_info, _HOOK_MARK, True)
     setattr(module, _DEVICE_INFO[1], log_device_info)

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar
 
 import torch
@@ -25,8 +26,10 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning, runtime
-from lightning_anyaccel.devices import DEVICE_TABLE, get_spec
+from lightning_anyaccel.devices import DEVICE_TABLE, get_spec, present_device_types
 from lightning_anyaccel.precision import check_device_supports
+
+log = logging.getLogger(__name__)
 
 _DEVICES_INPUT = int | str | list[int] | tuple[int, ...] | None
 _CLASSES: dict[tuple[type, str], type] = {}
@@ -43,14 +46,14 @@ class AnyAcceleratorMixin:
 
 
 class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
-    """Accelerator for any ``torch.device`` type in :data:`~lightning_anyaccel.devices.DEVICE_TABLE`.
+    """Accelerator for any ``torch.device`` type PyTorch knows (see :func:`~lightning_anyaccel.devices.get_spec`).
 
     Args:
         device_type: ``"xpu"``, ``"hpu"``, ``"npu"``, ``"cuda"``, ... or ``None`` for the accelerator
             ``torch.accelerator`` reports (``"cpu"`` when there is none).
 
     Raises:
-        ValueError: for a device type the table does not know.
+        ValueError: for a device type neither PyTorch nor the device table knows.
         DeviceNotAvailableError: when PyTorch sees no device of that type, with the install hint.
     """
 
@@ -200,15 +203,24 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
     @classmethod
     @override
     def register_accelerators(cls, accelerator_registry: Any) -> None:
-        """Register ``"any"`` and every table device Lightning has no accelerator for."""
+        """Register ``"any"`` and every device type Lightning has no accelerator for: the table's and those present."""
         accelerator_registry.register(
             "any", cls, description="The accelerator torch.accelerator reports, else CPU", override=True
         )
-        for spec in DEVICE_TABLE.values():
-            if spec.lightning_builtin is None:
-                accelerator_registry.register(
-                    spec.type, cls.bound(spec.type), description=f"{spec.name} via lightning-anyaccel", override=True
-                )
+        for device_type in dict.fromkeys([*DEVICE_TABLE, *present_device_types()]):
+            try:
+                cls.register_device_type(accelerator_registry, device_type)
+            except Exception as err:  # noqa: BLE001 - a broken device must not break `import lightning_anyaccel`
+                log.warning("lightning-anyaccel: accelerator=%r not registered: %s", device_type, err)
+
+    @classmethod
+    def register_device_type(cls, accelerator_registry: Any, device_type: str) -> None:
+        """Register ``accelerator="<device_type>"``, unless Lightning has its own accelerator of that name."""
+        spec = get_spec(device_type)
+        if spec.lightning_builtin is None:
+            accelerator_registry.register(
+                device_type, cls.bound(device_type), description=f"{spec.name} via lightning-anyaccel", override=True
+            )
 
     @classmethod
     def bound(cls, device_type: str) -> type[AnyAccelerator]:

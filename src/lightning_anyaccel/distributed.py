@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 
 from lightning_anyaccel import runtime
-from lightning_anyaccel.devices import get_spec
+from lightning_anyaccel.devices import NOT_REAL_BACKENDS, derive_backend, get_spec
 
 #: Backends that never carry real collectives.
-_NOT_REAL_BACKENDS = frozenset({"fake", "undefined"})
+_NOT_REAL_BACKENDS = NOT_REAL_BACKENDS
 
 
 class BackendError(RuntimeError):
@@ -34,25 +34,30 @@ class BackendError(RuntimeError):
 def resolve_backend(device: torch.device, explicit: str | None = None) -> str:
     """The ``torch.distributed`` backend for collectives on ``device``.
 
-    Order: an explicit ``process_group_backend=`` wins; then the backend the device's vendor
-    registered for this device type (``Backend.register_backend(..., devices=[...])``); then
-    the device table's backend. ``fake``/``undefined`` are never returned, and there is no
-    silent fallback to ``gloo``.
+    Order: an explicit ``process_group_backend=`` wins, if torch says it carries the device's
+    tensors; then the backend the device's vendor registered for this device type
+    (``Backend.register_backend(..., devices=[...])``); then the device spec's backend.
+    ``fake``/``undefined`` are never returned, and there is no silent fallback to ``gloo``.
 
     Raises:
-        BackendError: the backend is not registered in this process, naming how to get it.
+        BackendError: no backend for the device (it supports one device only), a backend that can
+            not carry its tensors, or one not registered in this process, each naming the fix.
     """
     spec = get_spec(device.type)
     if explicit:
         name = explicit.lower()
     else:
         mapped = dist.Backend.default_device_backend_map.get(device.type)
-        name = mapped if mapped and mapped not in _NOT_REAL_BACKENDS else spec.backend
-        if spec.backend is None or name is None:
+        carries = device.type in dist.Backend.backend_capability.get(mapped or "", [device.type])
+        name = mapped if mapped and mapped not in _NOT_REAL_BACKENDS and carries else spec.backend
+        if spec.backend is None and name is None:
             raise BackendError(
-                f"{spec.name} has no collective backend, so it supports one device only."
-                " Use devices=1 with strategy='any_single'."
+                f"{spec.name} has no collective backend for {device.type!r} in this PyTorch, so it supports one"
+                " device only: use devices=1 (strategy='any_single'). For several devices, the vendor's package"
+                " must register its backend for the device type, as torch's API for it does:"
+                f" `torch.distributed.Backend.register_backend(NAME, create_fn, devices=[{device.type!r}])`."
             )
+    assert name is not None
     if name in _NOT_REAL_BACKENDS:
         raise BackendError(
             f"process_group_backend={name!r} is a test stub that does no real communication."
@@ -68,6 +73,16 @@ def resolve_backend(device: torch.device, explicit: str | None = None) -> str:
             f"The collective backend {name!r} for {spec.name} ({device.type!r}) is not registered in this"
             f" PyTorch (registered: {', '.join(sorted(set(dist.Backend.backend_list) - _NOT_REAL_BACKENDS))})."
             f" To fix: {hint}, or pass a registered one with `AnyDDPStrategy(process_group_backend=...)`."
+        )
+    carried = dist.Backend.backend_capability.get(name)
+    if explicit and carried is not None and device.type not in carried:
+        own = derive_backend(device.type) or spec.backend
+        raise BackendError(
+            f"process_group_backend={name!r} can not carry {spec.name} ({device.type!r}) tensors: torch registered"
+            f" it for {', '.join(carried)} only. "
+            + (f"Pass process_group_backend={own!r}, or none (the package picks it)." if own and own != name else
+               f"{spec.name} has no collective backend in this PyTorch: use devices=1, or register the vendor's"
+               f" backend with `torch.distributed.Backend.register_backend(NAME, create_fn, devices=[{device.type!r}])`.")
         )
     return name
 

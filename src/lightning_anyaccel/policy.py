@@ -186,11 +186,20 @@ def _flatten(arguments: Any) -> list[Any]:
     return items
 
 
+def _device_name(device_type: str) -> str:
+    """The spec's name for messages; never raises (a log line must not stop training)."""
+    try:
+        return get_spec(device_type).name
+    except Exception:  # noqa: BLE001 - a device torch half-knows must not break a CPU run's report
+        return f"{device_type.upper()} device"
+
+
 def log_device_info(trainer: Any) -> None:
     """What Lightning's device report says, for the package's accelerator: the device it trains on.
 
     Lightning's report knows CUDA, MPS and TPU only. This one names the device type torch reports,
     and warns, naming the fix, when the Trainer trains elsewhere (on CPU while a GPU is there).
+    It never raises: an unknown or broken device elsewhere in the process only changes the wording.
 
     Example (on a machine with one GPU)::
 
@@ -200,12 +209,16 @@ def log_device_info(trainer: Any) -> None:
     rank_zero = front_end.module("lightning.pytorch.utilities.rank_zero")  # the user's logger names
     from lightning_anyaccel import runtime
 
-    used, found = trainer.accelerator.device_type, runtime.detect_device_type()
+    used = trainer.accelerator.device_type
+    try:
+        found = runtime.detect_device_type()
+    except Exception:  # noqa: BLE001 - see the docstring
+        found = used
     if found == "cpu":
         rank_zero.rank_zero_info(f"No accelerator found: training on CPU (AnyAccelerator, {trainer.num_devices}"
                                  " process(es))")
         return
-    name = get_spec(found).name
+    name = _device_name(found)
     rank_zero.rank_zero_info(f"{name} available: True ({found}), used: {used == found}"
                              + (f" (AnyAccelerator, {trainer.num_devices} device(s))" if used == found else ""))
     if used != found:
@@ -215,10 +228,40 @@ def log_device_info(trainer: Any) -> None:
         )
 
 
+def unused_device_message(device_type: str, used: str) -> str:
+    """The line :func:`log_unused_devices` logs for a present ``device_type`` Lightning does not pick.
+
+    >>> unused_device_message("acme", "cpu")
+    "ACME device available: True (acme), used: False (Lightning's accelerator trains on cpu; accelerator='any' or 'acme' trains on it)"
+    """
+    return (f"{_device_name(device_type)} available: True ({device_type}), used: False (Lightning's accelerator"
+            f" trains on {used}; accelerator='any' or {device_type!r} trains on it)")
+
+
+def log_unused_devices(trainer: Any) -> None:
+    """After Lightning's own report: name a present device only the package serves, and how to use it.
+
+    ``accelerator="auto"`` never picks such a device (Lightning tries TPU, MPS, CUDA, then CPU), and
+    Lightning's report says nothing about it. Never raises.
+    """
+    try:
+        from lightning_anyaccel.devices import present_device_types
+
+        used = getattr(getattr(trainer, "strategy", None), "root_device", None)
+        used_type = getattr(used, "type", "cpu")
+        unused = [t for t in present_device_types() if t != used_type and get_spec(t).lightning_builtin is None]
+        front_end = _lightning.front_end_of(trainer) or _lightning.LIGHTNING
+        rank_zero = front_end.module("lightning.pytorch.utilities.rank_zero")
+        for device_type in unused:
+            rank_zero.rank_zero_info(unused_device_message(device_type, used_type))
+    except Exception as err:  # noqa: BLE001 - a log line must never stop training
+        log.debug("lightning-anyaccel: no report of unused devices: %s", err)
+
+
 #: The policy as the connector hooks take it.
 POLICY = _lightning.ConnectorPolicy(
     owns=owns, choose=choose, translate=translate, check=check, check_arguments=check_arguments,
-    log_device_info=log_device_info,
+    log_device_info=log_device_info, log_unused_devices=log_unused_devices,
 )
 
 __all__ = [

@@ -5,7 +5,8 @@
 before or after the package, so ``import pytorch_lightning as pl`` works in any order. For each
 front end that means:
 
-- the accelerator names (``"any"``, ``"xpu"``, ``"hpu"``, ...) and strategy names (``"any_single"``,
+- the accelerator names (``"any"``, ``"xpu"``, ``"hpu"``, ..., every device type present at import
+  and every later :func:`~lightning_anyaccel.devices.register_device`) and strategy names (``"any_single"``,
   ``"any_ddp"``, ..., ``"any_deepspeed_stage_3_offload"``) in its registries, bound to the
   package's classes built for that front end (:func:`lightning_anyaccel._lightning.port`);
 - the connector hooks through which :mod:`lightning_anyaccel.policy` picks the package's
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from lightning_anyaccel import _lightning
+from lightning_anyaccel import _lightning, devices
 from lightning_anyaccel._lightning import LIGHTNING, PYTORCH_LIGHTNING, FrontEnd
 
 _REGISTERED: list[tuple[str, str]] = []
@@ -102,7 +103,9 @@ def _register(front_end: FrontEnd, side: str) -> None:
     accelerator_module, accelerator_registry, strategy_module, strategy_registry, connector, classes = _SIDES[side]
     accelerators = getattr(front_end.module(accelerator_module), accelerator_registry)
     strategies = getattr(front_end.module(strategy_module), strategy_registry)
-    _lightning.port(AnyAccelerator, front_end).register_accelerators(accelerators)
+    ported_accelerator = _lightning.port(AnyAccelerator, front_end)
+    ported_accelerator.register_accelerators(accelerators)
+    devices.on_register(lambda spec: ported_accelerator.register_device_type(accelerators, spec.type))
     for cls in classes():
         ported = _lightning.port(cls, front_end)
         if hasattr(ported, "register_strategies"):

@@ -8,7 +8,7 @@ APIs newer than the torch floor are feature-detected in :mod:`lightning_anyaccel
 preferred where present; the device module is the fallback.
 
 Example:
-    >>> detect_device_type() in DEVICE_TABLE
+    >>> detect_device_type() in known_device_types()
     True
     >>> device_count("cpu")
     1
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from lightning_anyaccel import _compat
-from lightning_anyaccel.devices import DEVICE_TABLE, get_spec
+from lightning_anyaccel.devices import DEVICE_TABLE, get_spec, known_device_types
 
 
 class DeviceNotAvailableError(RuntimeError):
@@ -185,9 +185,9 @@ def global_seed() -> int | None:
 def memory_stats(device: torch.device) -> dict[str, Any]:
     """Memory statistics of ``device`` for :class:`~lightning.pytorch.callbacks.DeviceStatsMonitor`.
 
-    The source follows the device table: ``torch.accelerator.memory_stats`` for the current
-    accelerator, the device module's ``memory_stats`` for vendor devices, MPS's own counters,
-    and host memory/CPU load for ``cpu``.
+    The source follows the device spec: ``torch.accelerator.memory_stats`` for the current
+    accelerator where the device answers it, else the device module's ``memory_stats`` (none:
+    empty), MPS's own counters, and host memory/CPU load for ``cpu``.
     """
     source = get_spec(device.type).memory_stats
     if source == "cpu":
@@ -202,8 +202,12 @@ def memory_stats(device: torch.device) -> dict[str, Any]:
         }
     stats = _compat.accelerator_function("memory_stats")
     if source == "accelerator" and stats is not None and _is_current(device.type):
-        return dict(stats(device.index))
-    return dict(module.memory_stats(device))
+        try:
+            return dict(stats(device.index))
+        except (RuntimeError, NotImplementedError):  # the device does not answer torch.accelerator: ask its module
+            pass
+    module_stats = getattr(module, "memory_stats", None)
+    return dict(module_stats(device)) if callable(module_stats) else {}
 
 
 def empty_cache(device_type: str) -> None:

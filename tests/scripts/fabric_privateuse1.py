@@ -20,7 +20,7 @@ torch._register_device_module(
     SimpleNamespace(
         is_available=lambda: True, device_count=lambda: 2, is_initialized=lambda: False,
         set_device=lambda index: None, is_bf16_supported=lambda: True, manual_seed_all=lambda seed: None,
-        empty_cache=lambda: None,
+        empty_cache=lambda: None, get_amp_supported_dtype=lambda: [torch.float16, torch.bfloat16],
     ),
 )
 
