@@ -80,13 +80,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _setup_device(spec: str) -> DeviceUnderTest:
     """Load the emulator or check the real device; export what child processes need."""
     if spec.startswith("emulated:"):
-        emulate = spec.split(":", 1)[1]  # "npu" or "npu:1" (one device)
+        emulate = spec.split(":", 1)[1]  # "npu", "npu:1" (one device) or "acme:2:noshallow" (docs/emulator.md)
         if str(TESTS) not in sys.path:
             sys.path.insert(0, str(TESTS))
         import emulator
 
         name, count = emulator.parse_spec(emulate)
-        emulator.load(name, devices=count)
+        emulator.load(name, devices=count, options=emulator.parse_options(emulate))
         os.environ[emulator.ENV_VAR] = emulate
         os.environ["PYTHONPATH"] = os.pathsep.join([str(AUTOLOAD), os.environ["PYTHONPATH"]])
         return DeviceUnderTest(type=name, emulated=True, backend=emulator.backend_name(name), spec=spec)

@@ -1,17 +1,20 @@
 """``python -m lightning_anyaccel.verify``: check that this environment can train, for any device.
 
-Prints what PyTorch sees (device type, count, names, memory, collective backend, autocast
-dtypes, versions), then runs four checks: a tiny single-device fit, a 2-process all-reduce on
+Prints what PyTorch sees (device type, count, names, memory, collective backend), the device
+spec the package derived for it (backend, autocast dtypes, seeding, memory statistics, fork
+safety, vendor package), the versions, then runs four checks: a tiny single-device fit, a 2-process all-reduce on
 the device's backend, a bf16 autocast check and a checkpoint round trip. Exits 0 only if no
 check failed (a check that cannot run here, such as a 2-process collective on a machine with
-one accelerator, is reported as SKIP with the reason). The output is plain text, meant to be
-pasted into a bug report; ``--json`` prints the same as JSON.
+one accelerator, is reported as SKIP with the reason). Each failure is one line: the first line of
+the error, which names the fix (never a traceback, never torch's dispatcher tables). The output
+is plain text, meant to be pasted into a bug report; ``--json`` prints the same as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import importlib.util
 import io
 import json
@@ -70,54 +73,106 @@ class Report:
         return "\n".join(lines)
 
 
+def _first_line(err: BaseException) -> str:
+    """``Type: first line`` of an error: torch's dispatcher errors add dozens of lines of kernel tables."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def _vendor_version(module: str | None) -> str:
+    """The installed version of the vendor package, whether it is imported, or ``n/a`` for torch's own devices."""
+    if not module:
+        return "n/a"
+    top = module.split(".")[0]
+    state = "imported" if top in sys.modules else (
+        "installed, not imported" if importlib.util.find_spec(top) is not None else "not installed")
+    version = getattr(sys.modules.get(top), "__version__", None)
+    if version is None and state != "not installed":
+        with contextlib.suppress(Exception):
+            version = importlib.metadata.version(top)
+    return f"{version} ({state})" if version else state
+
+
+def describe_spec(device_type: str) -> dict[str, Any]:
+    """The device spec the package uses for ``device_type``: where it comes from and what it says.
+
+    >>> describe_spec("cpu")["device spec"]
+    'device table, refined by PyTorch'
+    """
+    from lightning_anyaccel.devices import DEVICE_TABLE, derive_spec
+
+    spec = get_spec(device_type)
+    derived = derive_spec(device_type) is not None
+    source = ("device table, refined by PyTorch" if device_type in DEVICE_TABLE and derived else
+              "device table (PyTorch here does not know the type)" if device_type in DEVICE_TABLE else
+              "derived from PyTorch (no table entry)")
+    return {
+        "device spec": source,
+        "spec backend": spec.backend or "none (one device only)",
+        "autocast dtypes": ", ".join(spec.autocast_dtypes) or "none (32-true only)",
+        "seeding": ", ".join(spec.seed_functions) or "torch.manual_seed",
+        "memory statistics": spec.memory_stats,
+        "fork after init": "safe" if spec.fork_safe_after_init else "unsafe (use popen/spawn once initialised)",
+        f"vendor package ({spec.vendor_module or '-'})": _vendor_version(spec.vendor_module),
+    }
+
+
 def describe(device_type: str) -> dict[str, Any]:
-    """Facts about ``device_type`` and the software stack, for the report header."""
+    """Facts about ``device_type`` and the software stack, for the report header.
+
+    Never raises: a fact that can not be found says why in one line.
+    """
     import lightning
 
     import lightning_anyaccel
-    from lightning_anyaccel.distributed import BackendError, resolve_backend
+    from lightning_anyaccel.distributed import resolve_backend
 
-    spec = get_spec(device_type)
-    count = runtime.device_count(device_type)
-    names, memory = [], []
-    if device_type != "cpu" and count:
-        module = runtime.device_module(device_type)
-        for index in range(count):
-            get_name = getattr(module, "get_device_name", None)
-            names.append(get_name(index) if callable(get_name) else f"{device_type}:{index}")
-            props = getattr(module, "get_device_properties", None)
-            total = getattr(props(index), "total_memory", None) if callable(props) else None
-            memory.append(f"{total / 2**30:.1f} GiB" if total else "unknown")
-    else:
-        names = [platform.processor() or platform.machine()]
-        import psutil
-
-        memory = [f"{psutil.virtual_memory().total / 2**30:.1f} GiB (host)"]
+    facts: dict[str, Any] = {}
     try:
-        backend = resolve_backend(torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu"))
-    except BackendError as err:
-        backend = f"unavailable ({err})"
-    vendor = spec.vendor_module
-    vendor_version = "n/a"
-    if vendor:
-        module = sys.modules.get(vendor.split(".")[0])
-        vendor_version = getattr(module, "__version__", "not imported") if module else "not installed"
-    return {
-        "device type": f"{device_type} ({spec.name})",
-        "device count": count,
-        "device names": ", ".join(names) or "none",
-        "device memory": ", ".join(memory) or "unknown",
-        "collective backend": backend,
-        "autocast dtypes": ", ".join(d for d in spec.autocast_dtypes if torch.amp.is_autocast_available(device_type))
-        or "none",
-        "fork after init": "safe" if spec.fork_safe_after_init else "unsafe (use popen/spawn once initialised)",
+        facts["device type"] = f"{device_type} ({get_spec(device_type).name})"
+    except ValueError:  # the "device" check says why and how to fix it
+        facts["device type"] = f"{device_type} (unknown to PyTorch here and to the device table)"
+        facts["device spec"] = "none"
+    else:
+        facts.update(_device_facts(device_type))
+        try:
+            backend = resolve_backend(torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu"))
+        except Exception as err:  # noqa: BLE001
+            backend = f"unavailable ({_first_line(err)})"
+        facts["collective backend"] = backend
+        facts.update(describe_spec(device_type))
+    facts.update({
         "python": platform.python_version(),
         "torch": torch.__version__,
         "lightning": lightning.__version__,
         "lightning-anyaccel": lightning_anyaccel.__version__,
-        f"vendor package ({vendor or '-'})": vendor_version,
         "platform": platform.platform(),
-    }
+    })
+    return facts
+
+
+def _device_facts(device_type: str) -> dict[str, Any]:
+    """Count, names and memory of the devices (the host's for CPU)."""
+    try:
+        count = runtime.device_count(device_type)
+        names, memory = [], []
+        if device_type != "cpu" and count:
+            module = runtime.device_module(device_type)
+            for index in range(count):
+                get_name = getattr(module, "get_device_name", None)
+                names.append(get_name(index) if callable(get_name) else f"{device_type}:{index}")
+                props = getattr(module, "get_device_properties", None)
+                total = getattr(props(index), "total_memory", None) if callable(props) else None
+                memory.append(f"{total / 2**30:.1f} GiB" if total else "unknown")
+        elif device_type == "cpu":
+            import psutil
+
+            names = [platform.processor() or platform.machine()]
+            memory = [f"{psutil.virtual_memory().total / 2**30:.1f} GiB (host)"]
+    except Exception as err:  # noqa: BLE001
+        return {"device count": f"unknown ({_first_line(err)})"}
+    return {"device count": count, "device names": ", ".join(names) or "none",
+            "device memory": ", ".join(memory) or "unknown"}
 
 
 def check_fit(device_type: str, front_end: str = "lightning") -> str:
@@ -257,16 +312,20 @@ def run(device_type: str | None = None, front_end: str = "lightning") -> Report:
     """
     device_type = device_type or runtime.detect_device_type()
     report = Report(environment={**describe(device_type), "front end": front_end})
+    try:
+        get_spec(device_type)
+    except ValueError as err:  # a type neither torch nor the table knows: one failed check, with the fix
+        report.checks.append(Check("device", "FAIL", _first_line(err)))
+        return report
     for name, check in CHECKS:
         try:
             result = check_fit(device_type, front_end) if check is check_fit else check(device_type)
             report.checks.append(Check(name, "PASS", result))
         except _Skip as skip:
             report.checks.append(Check(name, "SKIP", str(skip)))
-        except Exception as err:
-            detail = f"{type(err).__name__}: {err}"
+        except Exception as err:  # noqa: BLE001 - every failure is one line of the report
             last = traceback.extract_tb(err.__traceback__)[-1]
-            report.checks.append(Check(name, "FAIL", f"{detail} (at {Path(last.filename).name}:{last.lineno})"))
+            report.checks.append(Check(name, "FAIL", f"{_first_line(err)} (at {Path(last.filename).name}:{last.lineno})"))
     return report
 
 
@@ -281,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     front_end = args.frontend or ("lightning" if importlib.util.find_spec("lightning") else "pytorch_lightning")
     try:
         report = run(args.device, front_end)
-    except Exception as err:  # e.g. an unknown device type: still a readable report
-        print(f"VERIFICATION FAILED: {type(err).__name__}: {err}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - a bug of verify itself: still one readable line, no traceback
+        print(f"VERIFICATION FAILED: {_first_line(err)}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps({"environment": report.environment, "checks": [asdict(c) for c in report.checks],

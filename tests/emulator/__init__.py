@@ -12,6 +12,9 @@ A process can host one PrivateUse1 backend, under one name: loading a second nam
 Set ``LIGHTNING_ANYACCEL_EMULATE=<name>`` and put ``tests/emulator/autoload`` on ``PYTHONPATH``
 to get the device in every Python process (children, notebook kernels) without code changes.
 
+Options make it a *lesser* backend, as some out-of-tree vendors' are (``acme:2:noshallow,noautocast``,
+see :data:`OPTIONS`), so the package's refusals and repairs for them run on a device, not in theory.
+
 Test support only: it is never installed with the package, and nothing it does proves vendor
 kernels, vendor collectives or performance.
 """
@@ -28,17 +31,29 @@ from typing import Any
 
 import torch
 
-__all__ = ["BACKEND", "ENV_VAR", "backend_name", "load", "loaded_name"]
+__all__ = ["BACKEND", "ENV_VAR", "OPTIONS", "backend_name", "load", "loaded_name", "loaded_options", "parse_options"]
 
-#: The environment variable the autoload hook reads (``npu``, ``mlu``, ``emu:4`` for 4 devices).
+#: The environment variable the autoload hook reads (``npu``, ``mlu``, ``emu:4`` for 4 devices,
+#: ``acme:2:noshallow,noautocast`` for 2 devices of a lesser backend).
 ENV_VAR = "LIGHTNING_ANYACCEL_EMULATE"
 
 #: The collective backend registered for the emulated device type. Vendors register theirs
 #: (hccl, cncl, ...) the same way; a name of its own keeps records from claiming a vendor library ran.
 BACKEND = "emuccl"
 
+#: ``NAME:COUNT:OPTION,OPTION`` options: what the backend lacks, as some vendors' backends do.
+OPTIONS: dict[str, str] = {
+    "noshallow": "tensors can not be shallow-copied into CPU tensors (`aten::_has_compatible_shallow_copy_type` is"
+                 " False): `module.to(device)` replaces parameters instead of moving them in place",
+    "noautocast": "the device module has no `get_amp_supported_dtype`/`is_bf16_supported`: `torch.autocast` fails",
+    "nocollectives": "no collective backend is registered for the device type",
+}
+
 _lock = threading.Lock()
 _loaded: str | None = None
+_options: frozenset[str] = frozenset()
+#: The Python kernels an option registers; kept alive for the life of the process.
+_libraries: list[torch.library.Library] = []
 
 
 def backend_name(device_type: str) -> str:
@@ -52,18 +67,35 @@ def loaded_name() -> str | None:
 
 
 def parse_spec(spec: str) -> tuple[str, int]:
-    """``"npu"`` -> ``("npu", 2)``, ``"emu:4"`` -> ``("emu", 4)``."""
-    name, _, count = spec.partition(":")
+    """``"npu"`` -> ``("npu", 2)``, ``"emu:4"`` -> ``("emu", 4)`` (options, a third field, are :func:`parse_options`'s)."""
+    name, _, rest = spec.partition(":")
+    count = rest.partition(":")[0]
     return name.strip(), int(count) if count else 2
 
 
-def load(name: str, devices: int = 2) -> ModuleType:
+def parse_options(spec: str) -> frozenset[str]:
+    """``"acme:2:noshallow,noautocast"`` -> ``{"noshallow", "noautocast"}``; unknown options raise, listing :data:`OPTIONS`."""
+    fields = spec.split(":")
+    options = frozenset(o.strip() for o in (fields[2] if len(fields) > 2 else "").split(",") if o.strip())
+    unknown = sorted(options - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"Unknown emulator option(s) {unknown} in {spec!r}; known: {', '.join(OPTIONS)}.")
+    return options
+
+
+def loaded_options() -> frozenset[str]:
+    """The options the emulator was loaded with in this process."""
+    return _options
+
+
+def load(name: str, devices: int = 2, options: frozenset[str] = frozenset()) -> ModuleType:
     """Make ``devices`` emulated devices of type ``name`` exist in this process; return ``torch.<name>``.
 
-    Idempotent for the same name. Raises ``RuntimeError`` for a different name (a process has
-    one PrivateUse1 backend) or a built-in device type.
+    ``options`` (see :data:`OPTIONS`) take away what some vendors' backends lack. Idempotent for
+    the same name. Raises ``RuntimeError`` for a different name (a process has one PrivateUse1
+    backend) or a built-in device type.
     """
-    global _loaded
+    global _loaded, _options
     with _lock:
         if _loaded is not None:
             if _loaded != name:
@@ -82,13 +114,29 @@ def load(name: str, devices: int = 2) -> ModuleType:
         if current != name:
             torch.utils.rename_privateuse1_backend(name)
         module = _device_module(name, ext)
+        if "noautocast" in options:
+            del module.get_amp_supported_dtype, module.is_bf16_supported
         torch._register_device_module(name, module)
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=True
         )
-        _register_collectives(name)
-        _loaded = name
+        if "noshallow" in options:
+            _refuse_shallow_copies()
+        if "nocollectives" not in options:
+            _register_collectives(name)
+        _loaded, _options = name, frozenset(options)
         return module
+
+
+def _refuse_shallow_copies() -> None:
+    """``noshallow``: the kernel out-of-tree backends without shallow-copy support answer with."""
+    import warnings
+
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": that is the point
+        library.impl("_has_compatible_shallow_copy_type", lambda self, src: False, "PrivateUse1")
+    _libraries.append(library)
 
 
 # ------------------------------------------------------------------------------ device module
@@ -261,7 +309,7 @@ def autoload_from_env() -> None:
         return
     name, count = parse_spec(spec)
     try:
-        load(name, devices=count)
+        load(name, devices=count, options=parse_options(spec))
     except Exception as err:  # a broken emulator must say so, not silently give a CPU run
         print(f"emulator: could not load {spec!r} from ${ENV_VAR}: {err}", file=sys.stderr)
         raise

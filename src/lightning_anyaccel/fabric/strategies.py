@@ -36,7 +36,12 @@ from typing_extensions import override
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.checkpoint import FabricAtomicSaveMixin
 from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
-from lightning_anyaccel.strategies.common import AnyDistributedMixin, LazyDeviceMixin, SafeLaunchMixin
+from lightning_anyaccel.strategies.common import (
+    AnyDistributedMixin,
+    FabricParameterMovesMixin,
+    LazyDeviceMixin,
+    SafeLaunchMixin,
+)
 from lightning_anyaccel.strategies.sharding import (
     AnyDeepSpeedMixin,
     AnyFSDPMixin,
@@ -45,7 +50,7 @@ from lightning_anyaccel.strategies.sharding import (
 )
 
 
-class AnySingleDeviceStrategy(LazyDeviceMixin, SingleDeviceStrategy):
+class AnySingleDeviceStrategy(FabricParameterMovesMixin, LazyDeviceMixin, SingleDeviceStrategy):
     """Fabric on one device of the accelerator's type (Fabric alone would pick ``"cpu"``).
 
     Example:
@@ -69,7 +74,7 @@ class AnyMultiProcessingLauncher(SafeLaunchMixin, _MultiProcessingLauncher):
     """Fabric's spawn/fork launcher, with the fork and shared-memory fixes of :class:`SafeLaunchMixin`."""
 
 
-class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
+class AnyDDPStrategy(FabricParameterMovesMixin, AnyDistributedMixin, DDPStrategy):
     """Fabric DDP with the backend, streams, barrier and fork checks of the accelerator's device type.
 
     Takes every argument of Lightning's Fabric ``DDPStrategy``; ``process_group_backend=None`` chooses

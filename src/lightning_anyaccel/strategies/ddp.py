@@ -28,7 +28,13 @@ from torch.nn import Module
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.strategies.common import LAUNCHER_PID_ENV, START_METHODS, AnyDistributedMixin, SafeLaunchMixin
+from lightning_anyaccel.strategies.common import (
+    LAUNCHER_PID_ENV,
+    START_METHODS,
+    AnyDistributedMixin,
+    SafeLaunchMixin,
+    TrainerParameterMovesMixin,
+)
 
 
 _MultiProcessingLauncher = _lightning.private(
@@ -40,7 +46,7 @@ class AnyMultiProcessingLauncher(SafeLaunchMixin, _MultiProcessingLauncher):
     """Lightning's spawn/fork launcher, with the fork and shared-memory fixes of :class:`SafeLaunchMixin`."""
 
 
-class AnyDDPStrategy(AnyDistributedMixin, DDPStrategy):
+class AnyDDPStrategy(TrainerParameterMovesMixin, AnyDistributedMixin, DDPStrategy):
     """DDP with the collective backend, streams and checks of the accelerator's device type.
 
     Takes every argument of Lightning's ``DDPStrategy``; ``process_group_backend=None`` (default)

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from lightning.pytorch.strategies import SingleDeviceStrategy
 
-from lightning_anyaccel.strategies.common import LazyDeviceMixin
+from lightning_anyaccel.strategies.common import LazyDeviceMixin, TrainerParameterMovesMixin
 
 
-class AnySingleDeviceStrategy(LazyDeviceMixin, SingleDeviceStrategy):
+class AnySingleDeviceStrategy(TrainerParameterMovesMixin, LazyDeviceMixin, SingleDeviceStrategy):
     """One process, one device; the device comes from the accelerator unless given.
 
     Args:
