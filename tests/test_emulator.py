@@ -28,8 +28,8 @@ def _env(**extra: str) -> dict[str, str]:
 @pytest.mark.parametrize("name", NAMES)
 def test_emulated_device_and_lightning_fit(name):
     """Memory statistics, device guard, copies, CPU-kernel compute equal to CPU's, autocast, GradScaler,
-    RNG, storage resize, save/load and the bad-fork state; then (npu, and the name the package does not
-    know, described with ``register_device``) a bf16-mixed Lightning fit on it. The device-generic suite
+    RNG, storage resize, save/load and the bad-fork state; then (npu, and a name the package does not
+    know, with no code: the spec is derived from torch) a bf16-mixed Lightning fit on it. The device-generic suite
     (``pytest -m device_generic --device emulated:npu``) trains on it in depth."""
     fit = name in ("npu", "emu")
     proc = run_python(["-m", "emulator.selfcheck", name, *(["--fit"] if fit else [])], env=_env(), cwd=TESTS,
@@ -116,3 +116,37 @@ def test_support_matrix_levels_come_from_validation_toml():
     assert docs._feature_cell(devices["cuda"], "fork_safety") == "S"
     for entry in devices.values():
         assert entry["status"] == next((lv for lv in docs.LEVELS if lv in entry), "untested")
+
+
+def test_a_lesser_backend_nobody_described(tmp_path):
+    """Zero configuration on ``acme`` (in no table, no package code), with a backend lacking shallow copies,
+    autocast and collectives (emulator options, docs/emulator.md): Fabric and the Trainer re-point optimizers
+    built before the move (weights really change on the device), and ``devices=2``, a user's gloo and
+    bf16-mixed are refused naming the fix; ``verify`` prints its full report and fails, one line per failure."""
+    env = _env(LIGHTNING_ANYACCEL_EMULATE="acme:2:noshallow,noautocast,nocollectives")
+    env["PYTHONPATH"] = os.pathsep.join([str(AUTOLOAD), env["PYTHONPATH"]])
+    proc = run_python([str(TESTS / "scripts" / "lesser_backend.py")], env=env, cwd=tmp_path, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:]
+    results = dict(line[len("RESULT "):].split(": ", 1) for line in out.splitlines() if line.startswith("RESULT "))
+    assert results["device"] == "acme"
+    assert results["plain torch weights unchanged"] == "True", "noshallow did not make the move replace the parameters"
+    assert results["fabric replaced"] == "True"
+    assert results["fabric optimizer params"] == "['acme:0']" and results["fabric optimizer holds the model's"] == "True"
+    assert results["fabric momentum on"] == "['acme:0']" and results["fabric weights changed"] == "True"
+    assert results["setup_module then optimizer"] == "True"
+    assert results["foreign optimizer"].startswith("StaleParametersError:") and "setup_module(model) first" in out
+    assert results["trainer optimizer params in training_step"] == "['acme:0:model']"
+    assert results["trainer weights changed"] == "True"
+    assert results["two devices"].startswith("BackendError:") and "one device only" in results["two devices"]
+    assert "Backend.register_backend(NAME, create_fn, devices=['acme'])" in results["two devices"]
+    assert results["gloo"].startswith("BackendError: process_group_backend='gloo' can not carry")
+    assert results["bf16"].startswith("PrecisionNotSupportedError:") and "Choose one of: '32-true'" in results["bf16"]
+    assert results["verify status"] == "1"
+    for needle in ("device spec               : derived from PyTorch (no table entry)",
+                   "autocast dtypes           : none (32-true only)", "vendor package (emulator) : imported",
+                   "[PASS] single-device fit: 4 steps on acme:0", "[FAIL] 2-process collective: BackendError:",
+                   "[FAIL] bf16 autocast: PrecisionNotSupportedError:", "[PASS] checkpoint round trip",
+                   "VERIFICATION FAILED (failed: 2-process collective, bf16 autocast)"):
+        assert needle in out, needle
+    assert "Traceback" not in out

@@ -144,18 +144,13 @@ def main(name: str) -> None:
 def fit(name: str) -> None:
     """A bf16-mixed Lightning fit through the package's generic path on the emulated ``name``.
 
-    A device type the package's table does not know is described the way a new vendor would,
-    with ``register_device`` (the package has no code for the emulator).
+    A device type the package's table does not know needs no code either: the package derives its
+    spec from torch (``lightning_anyaccel.devices.derive_spec``).
     """
     from lightning import Trainer
 
     from lightning_anyaccel import AnyAccelerator
     from lightning_anyaccel.demo import DemoModel, demo_loader
-    from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, register_device
-
-    if name not in DEVICE_TABLE:
-        register_device(DeviceSpec(type=name, name=f"Emulated {name}", backend=None, autocast_dtypes=("bf16", "fp16"),
-                                   private_use1=True, memory_stats="device_module"))
     model = DemoModel()
     trainer = Trainer(accelerator=AnyAccelerator(), devices=1, precision="bf16-mixed", max_steps=6, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
