@@ -43,7 +43,7 @@ emulator: install
 # pytest's testpaths: tests/, then the code blocks of README.md and docs/ (conftest.py). The
 # notebooks run in JupyterLab there (tests/test_lab.py, needs Chromium); without Chromium, nbmake
 # runs them instead. Then the device-generic tests again, on the emulated accelerator loaded as
-# `npu` (docs/emulator.md). TEST_WORKERS pytest-xdist workers share the tests (most of them wait
+# `acme`, a name in no table and no code of the package: zero configuration (docs/emulator.md). TEST_WORKERS pytest-xdist workers share the tests (most of them wait
 # on child processes; conftest.py sends the tests that must share a worker to one worker);
 # `make test TEST_WORKERS=0` runs everything in one process.
 TEST_WORKERS ?= 2
@@ -51,7 +51,7 @@ PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS)
 test: install emulator
 	$(PYTEST)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
-	$(PYTEST) -m device_generic --device emulated:npu -q
+	$(PYTEST) -m device_generic --device emulated:acme -q
 
 # Only the code blocks of README.md and docs/*.md, and the examples the docs show from files.
 test-snippets: install

@@ -194,6 +194,14 @@ def _device_name(device_type: str) -> str:
         return f"{device_type.upper()} device"
 
 
+def _lightning_builtin(device_type: str) -> str | None:
+    """Lightning's own accelerator name for ``device_type``, if any; never raises."""
+    try:
+        return get_spec(device_type).lightning_builtin
+    except Exception:  # noqa: BLE001 - see _device_name
+        return None
+
+
 def log_device_info(trainer: Any) -> None:
     """What Lightning's device report says, for the package's accelerator: the device it trains on.
 
@@ -249,7 +257,7 @@ def log_unused_devices(trainer: Any) -> None:
 
         used = getattr(getattr(trainer, "strategy", None), "root_device", None)
         used_type = getattr(used, "type", "cpu")
-        unused = [t for t in present_device_types() if t != used_type and get_spec(t).lightning_builtin is None]
+        unused = [t for t in present_device_types() if t != used_type and _lightning_builtin(t) is None]
         front_end = _lightning.front_end_of(trainer) or _lightning.LIGHTNING
         rank_zero = front_end.module("lightning.pytorch.utilities.rank_zero")
         for device_type in unused:
