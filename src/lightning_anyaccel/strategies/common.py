@@ -489,9 +489,9 @@ def _parameter_moves(strategy: Any) -> WeakIdKeyDictionary:
 
 def _set_up_parameters(strategy: Any) -> dict[int, torch.Tensor]:
     """The parameters of every module this (Fabric) strategy set up, by id."""
-    known = getattr(strategy, "_set_up_params", None)
+    known = getattr(strategy, "_set_up_parameters", None)
     if known is None:
-        known = strategy._set_up_params = {}
+        known = strategy._set_up_parameters = {}
     return known
 
 
