@@ -5,6 +5,7 @@ unknown device never breaks a known one. In-process and fast; the emulated ``acm
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 
 import pytest
@@ -15,6 +16,7 @@ from lightning.pytorch.accelerators import AcceleratorRegistry
 
 import lightning_anyaccel  # noqa: F401  (registers names)
 from lightning_anyaccel import AnyAccelerator, devices, policy, runtime
+from lightning_anyaccel.checkpoint import portable_map_location
 from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, derive_spec, get_spec, register_device
 from lightning_anyaccel.precision import PrecisionNotSupportedError, check_precision
 
@@ -85,6 +87,10 @@ def test_the_device_under_test_needs_no_code(device):
         trainer = Trainer(accelerator=accelerator, devices=1, **QUIET)
         assert trainer.strategy.root_device == torch.device(device.type, 0)
     assert Fabric(accelerator=device.type, devices=1).device == torch.device(device.type, 0)
+    buffer = io.BytesIO()  # a checkpoint written on the device stays there when loaded portably
+    torch.save(torch.ones(2, device=torch.device(device.type, 0)), buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, map_location=portable_map_location).device == torch.device(device.type, 0)
     if device.type not in DEVICE_TABLE:  # acme: every fact came from torch
         spec = get_spec(device.type)
         assert spec.backend == device.backend and spec.private_use1 and "bf16" in spec.autocast_dtypes

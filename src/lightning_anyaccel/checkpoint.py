@@ -30,7 +30,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from typing_extensions import override
 
 from lightning_anyaccel import runtime
-from lightning_anyaccel.devices import DEVICE_TABLE
+from lightning_anyaccel.devices import known_device_types
 
 _PATH = Union[str, os.PathLike]  # what Lightning's checkpoint IO accepts as a path
 
@@ -44,7 +44,7 @@ def portable_map_location(storage: Any, location: str) -> Any:
     device_type, _, index = location.partition(":")
     if device_type == "cpu":
         return None
-    if device_type in DEVICE_TABLE and int(index or 0) < runtime.device_count(device_type):
+    if device_type in known_device_types() and int(index or 0) < runtime.device_count(device_type):
         return None
     return storage.cpu()
 
