@@ -118,6 +118,7 @@ def test_support_matrix_levels_come_from_validation_toml():
         assert entry["status"] == next((lv for lv in docs.LEVELS if lv in entry), "untested")
 
 
+@pytest.mark.slow
 def test_a_lesser_backend_nobody_described(tmp_path):
     """Zero configuration on ``acme`` (in no table, no package code), with a backend lacking shallow copies,
     autocast and collectives (emulator options, docs/emulator.md): Fabric and the Trainer re-point optimizers
