@@ -47,6 +47,7 @@ from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning, rendezvous, supervision
+from lightning_anyaccel.accelerator import process_devices
 from lightning_anyaccel.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
 from lightning_anyaccel.environments import AnyMPIEnvironment
@@ -237,7 +238,7 @@ class AnyDistributedMixin(AnyStrategyMixin):
     _process_group_backend: str | None
     _ddp_kwargs: dict[str, Any]
     _start_method: str
-    parallel_devices: list[torch.device] | None
+    _parallel_devices: list[torch.device] | None
     _launcher: Any
     cluster_environment: Any
     num_nodes: int
@@ -256,6 +257,33 @@ class AnyDistributedMixin(AnyStrategyMixin):
         """``timeout=None`` means :func:`~lightning_anyaccel.rendezvous.default_timeout` (10 min, or
         ``$LIGHTNING_ANYACCEL_TIMEOUT`` seconds)."""
         super().__init__(*args, timeout=timeout or rendezvous.default_timeout(), **kwargs)
+
+    @property
+    def parallel_devices(self) -> list[torch.device] | None:
+        """The device of each local rank (Lightning's attribute; the connector sets it from the accelerator)."""
+        return self._parallel_devices
+
+    @parallel_devices.setter
+    def parallel_devices(self, devices: list[torch.device] | None) -> None:
+        """Number unnumbered devices by local rank (``[torch.device("hpu")] * 8``, lightning-habana's form).
+
+        Lightning's DDP would fail at the first step ("Please use a device_id with index"); the
+        numbering follows the device table (:func:`~lightning_anyaccel.accelerator.process_devices`).
+        """
+        self._parallel_devices = process_devices(list(devices)) if devices else devices
+
+    @property
+    def process_group_backend(self) -> str | None:
+        """The collective backend: the one given, else the device table's as soon as the device type is known.
+
+        Lightning's strategies say ``None`` until ``setup``; vendor plugins (lightning-habana) report
+        their backend right after construction. ``None`` while neither devices nor accelerator are known.
+        """
+        if self._process_group_backend:
+            return self._process_group_backend
+        device_type = self.parallel_devices[0].type if self.parallel_devices else getattr(
+            self.accelerator, "device_type", None)
+        return resolve_backend(torch.device(device_type)) if device_type else None
 
     @property
     def timeout(self) -> timedelta:
