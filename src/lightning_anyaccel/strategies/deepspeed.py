@@ -108,7 +108,7 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
         self._check_inference_support()
 
     def _check_inference_support(self) -> None:
-        """Refuse kernel injection where DeepSpeed has no inference kernels for the device (it builds them for CUDA/ROCm).
+        """Refuse kernel injection where DeepSpeed has no inference kernels for the device (it has them for cuda, hpu).
 
         Raises:
             ShardingNotSupportedError: ``replace_with_kernel_inject=True`` without DeepSpeed's
@@ -119,8 +119,8 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
             return
         from deepspeed.accelerator import get_accelerator
 
-        builder = get_accelerator().create_op_builder("InferenceBuilder")
-        if builder is None or not builder.is_compatible(verbose=False):
+        builder = get_accelerator().create_op_builder("InferenceBuilder")  # hpu, cuda: yes; cpu: NotImplementedBuilder
+        if builder is None or type(builder).__name__ == "NotImplementedBuilder" or not builder.is_compatible(False):
             raise ShardingNotSupportedError(
                 f"replace_with_kernel_inject=True needs DeepSpeed's inference kernels, which DeepSpeed does not have"
                 f" for {self.device_type!r} (its {get_accelerator().device_name()!r} accelerator). Pass"
