@@ -50,6 +50,11 @@ from lightning_anyaccel.strategies.sharding import (
 )
 
 
+#: Keys of DeepSpeed's inference configuration that its training configuration has too
+#: (``deepspeed/runtime/constants.py``): in ``config=`` they do not ask for the inference engine.
+_TRAINING_KEYS = frozenset({"checkpoint"})
+
+
 @functools.cache
 def inference_config_keys() -> frozenset[str]:
     """The keys of DeepSpeed's inference configuration (``deepspeed.init_inference``), asked from DeepSpeed.
@@ -97,7 +102,7 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
                 f" Inference keys: {', '.join(sorted(known))}."
             )
         assert isinstance(self.config, dict)
-        from_config = {key: self.config[key] for key in known if key in self.config}
+        from_config = {key: self.config[key] for key in known - _TRAINING_KEYS if key in self.config}
         #: DeepSpeed inference settings (from ``config`` and keywords; keywords win), ``{}`` for ZeRO's engine.
         self.inference_kwargs: dict[str, Any] = {**from_config, **inference}
 
