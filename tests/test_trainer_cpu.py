@@ -142,8 +142,10 @@ def _ranks(out: Path) -> list[dict]:
 @pytest.mark.needs_devices(2)
 @pytest.mark.parametrize("strategy", ["any_ddp", "any_ddp_spawn", "any_ddp_fork"])
 def test_ddp_two_processes(python_runner, tmp_path, strategy, device):
+    # spawn: lightning-habana's form, AnyDDPStrategy(parallel_devices=[torch.device(TYPE)] * 2), numbered by rank
+    unnumbered = ["--unnumbered"] if strategy == "any_ddp_spawn" else []
     proc = python_runner([TRAIN, "--strategy", strategy, "--devices", "2", "--precision", "bf16-mixed",
-                          "--device-type", device.type, "--out", str(tmp_path)], timeout=240)
+                          "--device-type", device.type, "--out", str(tmp_path), *unnumbered], timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:]
     ranks = _ranks(tmp_path)
     assert [r["rank"] for r in ranks] == [0, 1]
