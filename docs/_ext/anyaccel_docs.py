@@ -179,10 +179,12 @@ class DeviceDetails(_TableDirective):
                 spec.memory_stats,
                 "yes" if spec.seeded_by_torch else "no: seeded through the device module",
                 spec.profiler_activity or "-",
+                f"one card per process, as `{spec.type}:0`; cards chosen by `{spec.process_device_env}`"
+                if spec.process_device_env else f"`{spec.type}:<local rank>`" if spec.backend and spec.type != "cpu" else "-",
                 spec.notes or "-",
             ])
         header = ["device type", "registered by", "device kind", "memory statistics from", "seeded by torch.manual_seed",
-                  "profiler activity", "notes"]
+                  "profiler activity", "device of each rank", "notes"]
         return [_table(header, rows)]
 
 
