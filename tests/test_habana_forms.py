@@ -33,11 +33,13 @@ from lightning_anyaccel import (
     AnyAccelerator,
     AnyDDPStrategy,
     AnyDeepSpeedStrategy,
+    AnySingleDeviceStrategy,
     DeviceCountError,
     DeviceTypeError,
     ShardingNotSupportedError,
 )
 from lightning_anyaccel.demo import DemoModel, demo_loader
+from lightning_anyaccel.fabric import AnyDDPStrategy as FabricDDPStrategy
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
 needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
@@ -62,8 +64,12 @@ def test_unnumbered_parallel_devices_are_numbered_by_local_rank(device) -> None:
     assert strategy.parallel_devices == [torch.device(device.type, 0), torch.device(device.type, 1)]
     trainer = Trainer(accelerator=device.type, strategy=strategy, devices=2, **QUIET)
     assert trainer.strategy.root_device == torch.device(device.type, 0)
+    fabric = Fabric(accelerator=device.type, devices=2,
+                    strategy=FabricDDPStrategy(parallel_devices=[torch.device(device.type)] * 2))
+    assert fabric.strategy.parallel_devices == strategy.parallel_devices
     with pytest.raises(DeviceCountError, match=r"numbers some devices and not others.*\* 2 numbers them by local rank"):
         AnyDDPStrategy(parallel_devices=[torch.device(device.type, 0), torch.device(device.type)])
+    assert AnySingleDeviceStrategy(device=torch.device(device.type)).root_device == torch.device(device.type, 0)
 
 
 # ----- 5. one card per process (Gaudi) ------------------------------------------------------------------

@@ -182,8 +182,8 @@ class LazyDeviceMixin(AnyStrategyMixin):
     Lightning's ``SingleDeviceStrategy`` (either front end).
 
     Args:
-        device: a device such as ``"xpu:1"``; ``None`` (default) takes the device selected by the
-            ``accelerator`` and ``devices`` arguments.
+        device: a device such as ``"xpu:1"`` (``"xpu"`` is ``"xpu:0"``); ``None`` (default) takes the
+            device selected by the ``accelerator`` and ``devices`` arguments.
         **kwargs: the Lightning ``SingleDeviceStrategy`` arguments (accelerator, checkpoint_io, precision).
     """
 
@@ -191,7 +191,8 @@ class LazyDeviceMixin(AnyStrategyMixin):
 
     def __init__(self, device: str | torch.device | None = None, **kwargs: Any) -> None:
         super().__init__(device="cpu", **kwargs)  # type: ignore[call-arg]
-        self._root_device = torch.device(device) if device is not None else None
+        # an unnumbered device ("hpu", as lightning-habana's SingleHPUStrategy takes it) is the process's device 0
+        self._root_device = process_devices([torch.device(device)])[0] if device is not None else None
 
     @property
     @override
