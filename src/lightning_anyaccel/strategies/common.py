@@ -47,7 +47,7 @@ from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning, rendezvous, supervision
-from lightning_anyaccel.accelerator import process_devices
+from lightning_anyaccel.accelerator import DeviceTypeError, process_devices
 from lightning_anyaccel.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
 from lightning_anyaccel.environments import AnyMPIEnvironment
@@ -126,10 +126,10 @@ class AnyStrategyMixin:
         return self.root_device.type
 
     def _check_accelerator(self) -> None:
-        """Refuse an accelerator of another device type than the strategy's devices."""
+        """Refuse an accelerator of another device type than the strategy's devices (:class:`DeviceTypeError`)."""
         accelerator_type = getattr(self.accelerator, "device_type", None)
         if accelerator_type is not None and accelerator_type != self.device_type:
-            raise ValueError(
+            raise DeviceTypeError(
                 f"{type(self).__name__} runs on {self.root_device}, but the accelerator is {self.accelerator!r}."
                 " Leave the strategy's devices unset: it takes them from the accelerator."
             )
