@@ -142,7 +142,7 @@ def _ranks(out: Path) -> list[dict]:
 @pytest.mark.needs_devices(2)
 @pytest.mark.parametrize("strategy", ["any_ddp", "any_ddp_spawn", "any_ddp_fork"])
 def test_ddp_two_processes(python_runner, tmp_path, strategy, device):
-    # spawn: lightning-habana's form, AnyDDPStrategy(parallel_devices=[torch.device(TYPE)] * 2), numbered by rank
+    # spawn on a device: lightning-habana's form, AnyDDPStrategy(parallel_devices=[torch.device(TYPE)] * 2)
     unnumbered = ["--unnumbered"] if strategy == "any_ddp_spawn" else []
     proc = python_runner([TRAIN, "--strategy", strategy, "--devices", "2", "--precision", "bf16-mixed",
                           "--device-type", device.type, "--out", str(tmp_path), *unnumbered], timeout=240)
