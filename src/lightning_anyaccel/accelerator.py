@@ -176,7 +176,8 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         """Make ``device`` the current device of this process and seed its RNG.
 
         Raises:
-            DeviceTypeError: when a strategy hands over a device of another type (the policy in :mod:`lightning_anyaccel.policy` refuses such strategies before they start).
+            DeviceTypeError: when a strategy hands over a device of another type (the policy in
+                :mod:`lightning_anyaccel.policy` refuses such strategies before they start).
         """
         assert self.device_type is not None
         if device.type != self.device_type:
