@@ -37,6 +37,7 @@ from lightning_anyaccel import (
     DeviceCountError,
     DeviceTypeError,
     ShardingNotSupportedError,
+    get_spec,
 )
 from lightning_anyaccel.demo import DemoModel, demo_loader
 from lightning_anyaccel.fabric import AnyDDPStrategy as FabricDDPStrategy
@@ -61,7 +62,8 @@ def test_unnumbered_parallel_devices_are_numbered_by_local_rank(device) -> None:
     if device.is_cpu:
         pytest.skip("CPU devices have no index")
     strategy = AnyDDPStrategy(parallel_devices=[torch.device(device.type)] * 2)
-    assert strategy.parallel_devices == [torch.device(device.type, 0), torch.device(device.type, 1)]
+    per_rank = [0, 0] if get_spec(device.type).process_device_env else [0, 1]  # Gaudi: every process's card is hpu:0
+    assert strategy.parallel_devices == [torch.device(device.type, i) for i in per_rank]
     trainer = Trainer(accelerator=device.type, strategy=strategy, devices=2, **QUIET)
     assert trainer.strategy.root_device == torch.device(device.type, 0)
     fabric = Fabric(accelerator=device.type, devices=2,

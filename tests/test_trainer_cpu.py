@@ -157,8 +157,9 @@ def test_ddp_two_processes(python_runner, tmp_path, strategy, device):
         assert record["param_device"] == record["device"]
         assert record["autocast_seen"] == [[device.type, "bfloat16"]]
         assert record["global_step"] == 8
-    if not device.is_cpu:  # one device per rank
-        assert [r["device"] for r in ranks] == [f"{device.type}:0", f"{device.type}:1"]
+    if not device.is_cpu:  # one device per rank: rank i on TYPE:i (Gaudi: each process sees its own card as hpu:0)
+        per_rank = [0, 0] if get_spec(device.type).process_device_env else [0, 1]
+        assert [r["device"] for r in ranks] == [f"{device.type}:{i}" for i in per_rank]
     # gradients were all-reduced: identical weights on both ranks, different data per rank
     assert ranks[0]["weights"] == ranks[1]["weights"]
     assert ranks[0]["losses"] != ranks[1]["losses"]
