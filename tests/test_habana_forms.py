@@ -96,6 +96,8 @@ def test_every_gaudi_rank_binds_hpu_0(monkeypatch) -> None:
         assert fake.calls[-1] == ("set_device_index", 0)
     with pytest.raises(DeviceCountError, match="set HABANA_VISIBLE_MODULES=2,3 and pass devices=2"):
         Trainer(accelerator="hpu", devices=[2, 3], **QUIET)
+    with pytest.raises(DeviceCountError, match=r"is a count: pass devices=8 .*=\[torch.device\('hpu'\)\] \* 8"):
+        AnyDDPStrategy(parallel_devices=8)  # HPUDeepSpeedStrategy(parallel_devices=8) in lightning-habana's docs
 
 
 @needs_deepspeed

@@ -47,7 +47,7 @@ from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning, rendezvous, supervision
-from lightning_anyaccel.accelerator import DeviceTypeError, process_devices
+from lightning_anyaccel.accelerator import DeviceCountError, DeviceTypeError, process_devices
 from lightning_anyaccel.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
 from lightning_anyaccel.environments import AnyMPIEnvironment
@@ -270,7 +270,16 @@ class AnyDistributedMixin(AnyStrategyMixin):
 
         Lightning's DDP would fail at the first step ("Please use a device_id with index"); the
         numbering follows the device table (:func:`~lightning_anyaccel.accelerator.process_devices`).
+
+        Raises:
+            DeviceCountError: a count instead of a list, or a list numbered in part (naming the form to use).
         """
+        if isinstance(devices, int):  # HPUDeepSpeedStrategy(parallel_devices=8), in lightning-habana's docs
+            raise DeviceCountError(
+                f"parallel_devices={devices!r} is a count: pass devices={devices} to the Trainer or Fabric and leave"
+                " parallel_devices unset, or give a list of devices, e.g."
+                f" parallel_devices=[torch.device('hpu')] * {devices}."
+            )
         self._parallel_devices = process_devices(list(devices)) if devices else devices
 
     @property
