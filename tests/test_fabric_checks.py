@@ -49,8 +49,10 @@ def fake_device(monkeypatch):
 def test_backend_follows_device_table(fake_device, device_type, backend) -> None:
     fake_device(device_type, backend=backend)
     fabric = Fabric(accelerator=AnyAccelerator(device_type), strategy="any_ddp", devices=2)
-    assert [str(d) for d in fabric.strategy.parallel_devices] == [f"{device_type}:0", f"{device_type}:1"]
+    per_rank = ["0", "0"] if device_type == "hpu" else ["0", "1"]  # Gaudi: every process sees its own card as hpu:0
+    assert [str(d) for d in fabric.strategy.parallel_devices] == [f"{device_type}:{i}" for i in per_rank]
     assert fabric.strategy._get_process_group_backend() == backend
+    assert fabric.strategy.process_group_backend == backend  # right after construction, as vendor plugins report it
 
 
 def test_hpu_never_gets_fake_backend(fake_device) -> None:

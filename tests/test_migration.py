@@ -75,6 +75,9 @@ def _describe(trainer: Any) -> dict[str, Any]:
         "backend": backend() if backend is not None and len(devices) > 1 else None,
         "precision": type(strategy.precision_plugin).__name__,
         "precision_device": getattr(strategy.precision_plugin, "device", None),
+        "scaler_enabled": getattr(getattr(strategy.precision_plugin, "scaler", None), "is_enabled", lambda: None)(),
+        "inference": {k: v if isinstance(v, (dict, bool)) else str(v)
+                      for k, v in getattr(strategy, "inference_kwargs", {}).items()},
     }
 
 
@@ -93,12 +96,13 @@ def _trainers(namespace: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_habana_after_on_a_simulated_gaudi(monkeypatch, fresh_deepspeed_choice) -> None:
     install_fake_device(monkeypatch, "hpu", count=8, backend="hccl")
     got = _trainers(runpy.run_path(str(SNIPPETS / "habana_after.py")))
-    assert set(got) == {"one", "eight", "single", "parallel", "deepspeed", "fsdp", "bf16"}
-    hpus = [f"hpu:{i}" for i in range(8)]
+    assert set(got) == {"one", "eight", "single", "parallel", "listed", "deepspeed", "fsdp", "bf16", "fp16", "inference"}
+    hpus = ["hpu:0"] * 8  # every rank's device: each process sees only its own Gaudi (HABANA_VISIBLE_MODULES)
     for name in ("one", "single", "bf16"):
         assert (got[name]["strategy"], got[name]["devices"]) == ("AnySingleDeviceStrategy", ["hpu:0"]), got[name]
-    for name, strategy in (("eight", "AnyDDPStrategy"), ("parallel", "AnyDDPStrategy"),
-                           ("deepspeed", "AnyDeepSpeedStrategy"), ("fsdp", "AnyFSDPStrategy")):
+    for name, strategy in (("eight", "AnyDDPStrategy"), ("parallel", "AnyDDPStrategy"), ("listed", "AnyDDPStrategy"),
+                           ("deepspeed", "AnyDeepSpeedStrategy"), ("fsdp", "AnyFSDPStrategy"),
+                           ("inference", "AnyDeepSpeedStrategy")):
         assert (got[name]["strategy"], got[name]["devices"]) == (strategy, hpus), got[name]
         assert got[name]["module"].startswith("lightning_anyaccel.strategies")
     assert got["eight"]["backend"] == got["parallel"]["backend"] == "hccl"
@@ -106,6 +110,10 @@ def test_habana_after_on_a_simulated_gaudi(monkeypatch, fresh_deepspeed_choice) 
     assert (got["bf16"]["precision"], got["bf16"]["precision_device"]) == ("MixedPrecision", "hpu")
     assert got["fsdp"]["precision_device"] == "hpu"
     assert got["deepspeed"]["precision"] == "DeepSpeedPrecision"
+    assert (got["fp16"]["precision"], got["fp16"]["precision_device"]) == ("MixedPrecision", "hpu")
+    assert got["fp16"]["scaler_enabled"] is False and got["deepspeed"]["inference"] == {}
+    assert got["inference"]["inference"] == {"tensor_parallel": {"tp_size": 8}, "dtype": "torch.float32",
+                                             "replace_with_kernel_inject": True}
 
 
 @needs_deepspeed

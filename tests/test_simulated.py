@@ -37,6 +37,13 @@ EXPECTED_BACKEND = {"xpu": "xccl", "hpu": "hccl", "cuda": "nccl", "npu": "hccl",
                     "musa": "mccl"}
 
 
+def rank_devices(device_type: str, count: int) -> list[torch.device]:
+    """Each local rank's device: ``<type>:<rank>``, or ``<type>:0`` where every process sees only its card (Gaudi)."""
+    if get_spec(device_type).process_device_env:
+        return [torch.device(device_type, 0)] * count
+    return [torch.device(device_type, i) for i in range(count)]
+
+
 def _trainer(**kwargs):
     defaults = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     return Trainer(**{**defaults, **kwargs})
@@ -57,7 +64,7 @@ def test_detects_and_lists_devices(monkeypatch, device_type):
     assert cls.parse_devices("0,1") == [0, 1]
     assert cls.parse_devices([1]) == [1]
     assert cls.parse_devices("1") == [0]
-    assert cls.get_parallel_devices([0, 1]) == [torch.device(device_type, 0), torch.device(device_type, 1)]
+    assert cls.get_parallel_devices([0, 1]) == cls.get_parallel_devices(2) == rank_devices(device_type, 2)
 
 
 @pytest.mark.parametrize("device_type", ["xpu", "hpu", "cuda"])
@@ -88,7 +95,7 @@ def test_ddp_trainer_uses_device_backend_and_precision(monkeypatch, device_type)
     trainer = _trainer(accelerator=AnyAccelerator(device_type), strategy="any_ddp", devices=2, precision="bf16-mixed")
     strategy = trainer.strategy
     assert isinstance(strategy, AnyDDPStrategy)
-    assert strategy.parallel_devices == [torch.device(device_type, 0), torch.device(device_type, 1)]
+    assert strategy.parallel_devices == rank_devices(device_type, 2)
     assert strategy._get_process_group_backend() == EXPECTED_BACKEND[device_type]
     assert isinstance(strategy.precision_plugin, MixedPrecision)
     assert strategy.precision_plugin.device == device_type  # Lightning alone would say "cuda"/"cpu"
@@ -97,6 +104,10 @@ def test_ddp_trainer_uses_device_backend_and_precision(monkeypatch, device_type)
 @pytest.mark.parametrize("device_type", IN_PROCESS)
 def test_single_device_strategy_takes_selected_device(monkeypatch, device_type):
     install_fake_device(monkeypatch, device_type, count=2 if device_type != "mps" else 1)
+    if get_spec(device_type).process_device_env:  # Gaudi: a card is chosen by HABANA_VISIBLE_MODULES, not an index
+        with pytest.raises(DeviceCountError, match="HABANA_VISIBLE_MODULES=1 and pass devices=1"):
+            _trainer(accelerator=AnyAccelerator(device_type), strategy="any_single", devices=[1])
+        return
     devices = [1] if device_type != "mps" else 1
     trainer = _trainer(accelerator=AnyAccelerator(device_type), strategy="any_single", devices=devices)
     assert isinstance(trainer.strategy, AnySingleDeviceStrategy)

@@ -142,8 +142,10 @@ def _ranks(out: Path) -> list[dict]:
 @pytest.mark.needs_devices(2)
 @pytest.mark.parametrize("strategy", ["any_ddp", "any_ddp_spawn", "any_ddp_fork"])
 def test_ddp_two_processes(python_runner, tmp_path, strategy, device):
+    # spawn on a device: lightning-habana's form, AnyDDPStrategy(parallel_devices=[torch.device(TYPE)] * 2)
+    unnumbered = ["--unnumbered"] if strategy == "any_ddp_spawn" else []
     proc = python_runner([TRAIN, "--strategy", strategy, "--devices", "2", "--precision", "bf16-mixed",
-                          "--device-type", device.type, "--out", str(tmp_path)], timeout=240)
+                          "--device-type", device.type, "--out", str(tmp_path), *unnumbered], timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:]
     ranks = _ranks(tmp_path)
     assert [r["rank"] for r in ranks] == [0, 1]
@@ -155,8 +157,9 @@ def test_ddp_two_processes(python_runner, tmp_path, strategy, device):
         assert record["param_device"] == record["device"]
         assert record["autocast_seen"] == [[device.type, "bfloat16"]]
         assert record["global_step"] == 8
-    if not device.is_cpu:  # one device per rank
-        assert [r["device"] for r in ranks] == [f"{device.type}:0", f"{device.type}:1"]
+    if not device.is_cpu:  # one device per rank: rank i on TYPE:i (Gaudi: each process sees its own card as hpu:0)
+        per_rank = [0, 0] if get_spec(device.type).process_device_env else [0, 1]
+        assert [r["device"] for r in ranks] == [f"{device.type}:{i}" for i in per_rank]
     # gradients were all-reduced: identical weights on both ranks, different data per rank
     assert ranks[0]["weights"] == ranks[1]["weights"]
     assert ranks[0]["losses"] != ranks[1]["losses"]

@@ -161,6 +161,13 @@ class SupportMatrix(_TableDirective):
         return [_table(header, rows, widths=[22, 18, 14, 16, 14, 16], classes=["anyaccel-support-matrix"])]
 
 
+def _rank_device(spec: Any) -> str:
+    """The "device of each rank" cell: ``<type>:<local rank>``, or one card per process seen as ``<type>:0``."""
+    if spec.process_device_env:
+        return f"one card per process, as `{spec.type}:0`; cards chosen by `{spec.process_device_env}`"
+    return f"`{spec.type}:<local rank>`" if spec.backend and spec.type != "cpu" else "-"
+
+
 class DeviceDetails(_TableDirective):
     """Per device type: vendor package, memory statistics, seeding, profiler, notes."""
 
@@ -179,10 +186,11 @@ class DeviceDetails(_TableDirective):
                 spec.memory_stats,
                 "yes" if spec.seeded_by_torch else "no: seeded through the device module",
                 spec.profiler_activity or "-",
+                _rank_device(spec),
                 spec.notes or "-",
             ])
         header = ["device type", "registered by", "device kind", "memory statistics from", "seeded by torch.manual_seed",
-                  "profiler activity", "notes"]
+                  "profiler activity", "device of each rank", "notes"]
         return [_table(header, rows)]
 
 

@@ -25,7 +25,12 @@ from lightning_anyaccel._compat import check_torch
 
 check_torch()
 
-from lightning_anyaccel.accelerator import AnyAccelerator, DeviceCountError, accelerator_class  # noqa: E402
+from lightning_anyaccel.accelerator import (  # noqa: E402
+    AnyAccelerator,
+    DeviceCountError,
+    DeviceTypeError,
+    accelerator_class,
+)
 from lightning_anyaccel.checkpoint import portable_map_location  # noqa: E402
 from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, get_spec, register_device  # noqa: E402
 from lightning_anyaccel.distributed import BackendError, ForkAfterInitError, resolve_backend  # noqa: E402
@@ -68,6 +73,7 @@ __all__ = [
     "DeepSpeedNotInstalledError",
     "DeviceCountError",
     "DeviceNotAvailableError",
+    "DeviceTypeError",
     "DeviceSpec",
     "ForkAfterInitError",
     "FrontEndMismatchError",

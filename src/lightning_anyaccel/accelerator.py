@@ -39,6 +39,14 @@ class DeviceCountError(MisconfigurationException):
     """``devices=`` asks for devices that are not there."""
 
 
+class DeviceTypeError(MisconfigurationException, ValueError):
+    """A device of another type than the accelerator's.
+
+    Both Lightning's ``MisconfigurationException`` and the ``ValueError`` Lightning's own
+    accelerators (``CUDAAccelerator.setup_device``) and vendor plugins raise, so either ``except`` catches it.
+    """
+
+
 class AnyAcceleratorMixin:
     """Marks the package's accelerator, whatever Lightning package it is built for (see :mod:`lightning_anyaccel.policy`)."""
 
@@ -147,11 +155,22 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
     @classmethod
     @override
     def get_parallel_devices(cls, devices: Any) -> list[torch.device]:
-        """One ``torch.device`` per process: ``[xpu:0, xpu:1]`` for ``[0, 1]``; ``[cpu] * n`` for CPU."""
+        """One ``torch.device`` per process: ``[xpu:0, xpu:1]`` for ``[0, 1]`` or ``2``; ``[cpu] * n`` for CPU.
+
+        ``devices`` is what :meth:`parse_devices` returns (indices), or a count as vendor plugins
+        pass it (``get_parallel_devices(2)``: the first two devices). On a device type whose
+        processes each see only their own card (``process_device_env`` in the device table,
+        Gaudi), every process's device is ``<type>:0``.
+
+        Raises:
+            DeviceCountError: indices other than ``0..n-1`` on such a device type, naming the
+                variable that selects the cards.
+        """
         device_type = cls._type()
         if device_type == "cpu":
             return [torch.device("cpu")] * int(devices)
-        return [torch.device(device_type, index) for index in devices]
+        indices = list(range(devices)) if isinstance(devices, int) else [int(index) for index in devices]
+        return process_devices([torch.device(device_type, index) for index in indices])
 
     # ----- per-process hooks --------------------------------------------------------------------
 
@@ -160,12 +179,12 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         """Make ``device`` the current device of this process and seed its RNG.
 
         Raises:
-            MisconfigurationException: when a strategy hands over a device of another type (the
-                policy in :mod:`lightning_anyaccel.policy` refuses such strategies before they start).
+            DeviceTypeError: when a strategy hands over a device of another type (the policy in
+                :mod:`lightning_anyaccel.policy` refuses such strategies before they start).
         """
         assert self.device_type is not None
         if device.type != self.device_type:
-            raise MisconfigurationException(
+            raise DeviceTypeError(
                 f"{self!r} was given the device {device}. Use a strategy on {self.device_type!r}"
                 " devices, e.g. strategy='any_single' or 'any_ddp', or no strategy."
             )
@@ -258,6 +277,46 @@ def accelerator_class(device_type: str, front_end: _lightning.FrontEnd = _lightn
     'AnyAccelerator[xpu]'
     """
     return _lightning.port(AnyAccelerator, front_end).bound(device_type)
+
+
+def process_devices(devices: list[torch.device]) -> list[torch.device]:
+    """The device of each local rank, from a ``parallel_devices`` list (position *i* is local rank *i*).
+
+    Unnumbered devices (``[torch.device("hpu")] * 8``, the form of lightning-habana's docs) are
+    numbered by local rank. On a device type whose processes each see only their own card
+    (``process_device_env`` in the device table, Gaudi), every rank's device is ``<type>:0``;
+    its runtime gives local rank *i* its *i*-th card.
+
+    >>> process_devices([torch.device("xpu")] * 2)
+    [device(type='xpu', index=0), device(type='xpu', index=1)]
+    >>> process_devices([torch.device("hpu")] * 2)
+    [device(type='hpu', index=0), device(type='hpu', index=0)]
+
+    Raises:
+        DeviceCountError: a list that numbers some devices and not others, or (on a one-card-per-process
+            device type) numbers them other than by local rank.
+    """
+    if not devices or devices[0].type == "cpu" or devices[0].type not in DEVICE_TABLE:
+        return list(devices)
+    device_type = devices[0].type
+    indices = [device.index for device in devices]
+    unnumbered = all(index is None for index in indices)
+    if not unnumbered and None in indices:
+        raise DeviceCountError(
+            f"parallel_devices={[str(d) for d in devices]} numbers some devices and not others. Give every device"
+            f" an index, or none: [torch.device({device_type!r})] * {len(devices)} numbers them by local rank."
+        )
+    env = get_spec(device_type).process_device_env
+    if env is None:
+        return [torch.device(device_type, i) for i in range(len(devices))] if unnumbered else list(devices)
+    if not unnumbered and indices != list(range(len(devices))) and set(indices) != {0}:
+        name = get_spec(device_type).name
+        cards = ",".join(str(i) for i in indices)
+        raise DeviceCountError(
+            f"{name}: each process sees only its own card, as {device_type}:0, and local rank i gets the i-th card"
+            f" of {env}. To train on cards {cards}, set {env}={cards} and pass devices={len(devices)}."
+        )
+    return [torch.device(device_type, 0)] * len(devices)
 
 
 def _device_indices(devices: _DEVICES_INPUT, available: int) -> list[int]:

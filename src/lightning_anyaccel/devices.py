@@ -66,6 +66,12 @@ class DeviceSpec:
         fsdp_full_state_offload: whether FSDP may ``offload_to_cpu`` while gathering a full state
             dict. ``False`` for CPU: the "offload" is a no-op there and torch frees the storage it
             is still reading (segfault; Lightning-AI/pytorch-lightning#21804, pytorch/pytorch#188989).
+        process_device_env: ``None`` when a process sees every device of the machine and binds to
+            ``<type>:<local rank>``. Otherwise each process sees only the one card its vendor runtime
+            gave it, always as ``<type>:0``, and this names the variable that chooses which cards the
+            local ranks get. Gaudi: the HCCL backend gives local rank *i* the module ID *i*, or the
+            *i*-th entry of ``HABANA_VISIBLE_MODULES`` (Intel Gaudi documentation, "Gaudi-to-process
+            Assignment"); every rank's device is ``hpu:0``.
         notes: one line for the support matrix.
     """
 
@@ -85,6 +91,7 @@ class DeviceSpec:
     profiler_activity: str | None = None
     deepspeed_accelerator: str | None = None
     fsdp_full_state_offload: bool = True
+    process_device_env: str | None = None
     notes: str = ""
 
     def supports_precision(self, precision: str) -> bool:
@@ -150,6 +157,7 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             profiler_activity="HPU",
             notes="torch's backend map says 'fake' for hpu once Lightning is imported; we use hccl.",
             deepspeed_accelerator="hpu",
+            process_device_env="HABANA_VISIBLE_MODULES",
         ),
         DeviceSpec(
             type="npu",

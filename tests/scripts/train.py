@@ -63,6 +63,13 @@ def build_trainer(args: argparse.Namespace) -> L.Trainer:
         from lightning.pytorch.strategies import DDPStrategy
 
         strategy = DDPStrategy(start_method="spawn")
+    elif args.unnumbered and args.device_type != "cpu":  # lightning-habana's form: numbered by local rank
+        # (CPU devices have no index, and Lightning refuses CPU parallel_devices with any accelerator but its own)
+        from lightning_anyaccel import AnyDDPStrategy
+        from lightning_anyaccel.strategies.common import START_METHODS
+
+        strategy = AnyDDPStrategy(start_method=START_METHODS[strategy],
+                                  parallel_devices=[torch.device(args.device_type)] * args.devices)
     return L.Trainer(
         accelerator=AnyAccelerator(args.device_type),
         strategy=strategy,
@@ -87,6 +94,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--ckpt-dir", default=None)
     parser.add_argument("--resume", default=None)
+    parser.add_argument("--unnumbered", action="store_true",
+                        help="AnyDDPStrategy(parallel_devices=[torch.device(TYPE)] * DEVICES) with the --strategy's start"
+                        " method (not on CPU)")
     parser.add_argument("--touch-device", action="store_true",
                         help="allocate a tensor on the device before fit (initialises it in this process)")
     args = parser.parse_args(argv)

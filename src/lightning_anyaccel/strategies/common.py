@@ -48,6 +48,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning, rendezvous, supervision
+from lightning_anyaccel.accelerator import DeviceCountError, DeviceTypeError, process_devices
 from lightning_anyaccel.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
 from lightning_anyaccel.environments import AnyMPIEnvironment
@@ -127,10 +128,10 @@ class AnyStrategyMixin:
         return self.root_device.type
 
     def _check_accelerator(self) -> None:
-        """Refuse an accelerator of another device type than the strategy's devices."""
+        """Refuse an accelerator of another device type than the strategy's devices (:class:`DeviceTypeError`)."""
         accelerator_type = getattr(self.accelerator, "device_type", None)
         if accelerator_type is not None and accelerator_type != self.device_type:
-            raise ValueError(
+            raise DeviceTypeError(
                 f"{type(self).__name__} runs on {self.root_device}, but the accelerator is {self.accelerator!r}."
                 " Leave the strategy's devices unset: it takes them from the accelerator."
             )
@@ -183,8 +184,8 @@ class LazyDeviceMixin(AnyStrategyMixin):
     Lightning's ``SingleDeviceStrategy`` (either front end).
 
     Args:
-        device: a device such as ``"xpu:1"``; ``None`` (default) takes the device selected by the
-            ``accelerator`` and ``devices`` arguments.
+        device: a device such as ``"xpu:1"`` (``"xpu"`` is ``"xpu:0"``); ``None`` (default) takes the
+            device selected by the ``accelerator`` and ``devices`` arguments.
         **kwargs: the Lightning ``SingleDeviceStrategy`` arguments (accelerator, checkpoint_io, precision).
     """
 
@@ -192,7 +193,8 @@ class LazyDeviceMixin(AnyStrategyMixin):
 
     def __init__(self, device: str | torch.device | None = None, **kwargs: Any) -> None:
         super().__init__(device="cpu", **kwargs)  # type: ignore[call-arg]
-        self._root_device = torch.device(device) if device is not None else None
+        # an unnumbered device ("hpu", as lightning-habana's SingleHPUStrategy takes it) is the process's device 0
+        self._root_device = process_devices([torch.device(device)])[0] if device is not None else None
 
     @property
     @override
@@ -239,7 +241,7 @@ class AnyDistributedMixin(AnyStrategyMixin):
     _process_group_backend: str | None
     _ddp_kwargs: dict[str, Any]
     _start_method: str
-    parallel_devices: list[torch.device] | None
+    _parallel_devices: list[torch.device] | None
     _launcher: Any
     cluster_environment: Any
     num_nodes: int
@@ -258,6 +260,42 @@ class AnyDistributedMixin(AnyStrategyMixin):
         """``timeout=None`` means :func:`~lightning_anyaccel.rendezvous.default_timeout` (10 min, or
         ``$LIGHTNING_ANYACCEL_TIMEOUT`` seconds)."""
         super().__init__(*args, timeout=timeout or rendezvous.default_timeout(), **kwargs)
+
+    @property
+    def parallel_devices(self) -> list[torch.device] | None:
+        """The device of each local rank (Lightning's attribute; the connector sets it from the accelerator)."""
+        return self._parallel_devices
+
+    @parallel_devices.setter
+    def parallel_devices(self, devices: list[torch.device] | None) -> None:
+        """Number unnumbered devices by local rank (``[torch.device("hpu")] * 8``, lightning-habana's form).
+
+        Lightning's DDP would fail at the first step ("Please use a device_id with index"); the
+        numbering follows the device table (:func:`~lightning_anyaccel.accelerator.process_devices`).
+
+        Raises:
+            DeviceCountError: a count instead of a list, or a list numbered in part (naming the form to use).
+        """
+        if isinstance(devices, int):  # HPUDeepSpeedStrategy(parallel_devices=8), in lightning-habana's docs
+            raise DeviceCountError(
+                f"parallel_devices={devices!r} is a count: pass devices={devices} to the Trainer or Fabric and leave"
+                " parallel_devices unset, or give a list of devices, e.g."
+                f" parallel_devices=[torch.device('hpu')] * {devices}."
+            )
+        self._parallel_devices = process_devices(list(devices)) if devices else devices
+
+    @property
+    def process_group_backend(self) -> str | None:
+        """The collective backend: the one given, else the device table's as soon as the device type is known.
+
+        Lightning's strategies say ``None`` until ``setup``; vendor plugins (lightning-habana) report
+        their backend right after construction. ``None`` while neither devices nor accelerator are known.
+        """
+        if self._process_group_backend:
+            return self._process_group_backend
+        device_type = self.parallel_devices[0].type if self.parallel_devices else getattr(
+            self.accelerator, "device_type", None)
+        return resolve_backend(torch.device(device_type)) if device_type else None
 
     @property
     def timeout(self) -> timedelta:

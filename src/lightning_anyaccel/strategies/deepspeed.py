@@ -30,6 +30,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 from lightning.pytorch.strategies import DeepSpeedStrategy
@@ -43,8 +45,26 @@ from lightning_anyaccel.strategies.sharding import (
     DEEPSPEED_NAMES,
     AnyDeepSpeedMixin,
     DeepSpeedNotInstalledError,
+    ShardingNotSupportedError,
     deepspeed_device_types,
 )
+
+
+#: Keys of DeepSpeed's inference configuration that its training configuration has too
+#: (``deepspeed/runtime/constants.py``): in ``config=`` they do not ask for the inference engine.
+_TRAINING_KEYS = frozenset({"checkpoint"})
+
+
+@functools.cache
+def inference_config_keys() -> frozenset[str]:
+    """The keys of DeepSpeed's inference configuration (``deepspeed.init_inference``), asked from DeepSpeed.
+
+    >>> {"tensor_parallel", "dtype", "replace_with_kernel_inject"} <= inference_config_keys()
+    True
+    """
+    import deepspeed
+
+    return frozenset(deepspeed.default_inference_config())
 
 
 class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy):
@@ -55,10 +75,63 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
     table's backend. The device logic is :class:`~lightning_anyaccel.strategies.sharding.AnyDeepSpeedMixin`,
     shared with Fabric.
 
+    DeepSpeed *inference* arguments, as lightning-habana's ``HPUDeepSpeedStrategy`` takes them
+    (``tensor_parallel={"tp_size": 2}``, ``dtype=torch.float``, ``replace_with_kernel_inject``,
+    ``injection_policy``, ``replace_method``, ``enable_cuda_graph``, ... every key of
+    ``deepspeed.default_inference_config()``), as keyword arguments or as keys of ``config``,
+    make ``validate``/``test``/``predict`` build the engine with ``deepspeed.init_inference``
+    (kernel injection, tensor parallelism) instead of ZeRO's. Those DeepSpeed can not do on the
+    device are refused when the process starts (:meth:`_check_inference_support`).
+
     Raises:
         DeepSpeedNotInstalledError: ``deepspeed`` is missing, naming the extra to install.
         ShardingNotSupportedError: DeepSpeed has no back end for the device type.
+        TypeError: a keyword that is neither Lightning's nor DeepSpeed's inference configuration.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        lightning_names = set(inspect.signature(DeepSpeedStrategy.__init__).parameters) | {"timeout"}
+        inference = {key: kwargs.pop(key) for key in list(kwargs) if key not in lightning_names}
+        super().__init__(*args, **kwargs)
+        known = inference_config_keys()
+        unknown = sorted(set(inference) - known)
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unexpected keyword argument(s) {unknown}: neither Lightning's"
+                " DeepSpeedStrategy nor DeepSpeed's inference configuration (deepspeed.init_inference) takes them."
+                f" Inference keys: {', '.join(sorted(known))}."
+            )
+        assert isinstance(self.config, dict)
+        from_config = {key: self.config[key] for key in known - _TRAINING_KEYS if key in self.config}
+        #: DeepSpeed inference settings (from ``config`` and keywords; keywords win), ``{}`` for ZeRO's engine.
+        self.inference_kwargs: dict[str, Any] = {**from_config, **inference}
+
+    @override
+    def _finish_setup(self) -> None:
+        """Also refuse inference settings DeepSpeed can not run on this device (DeepSpeed has chosen it now)."""
+        super()._finish_setup()
+        self._check_inference_support()
+
+    def _check_inference_support(self) -> None:
+        """Refuse kernel injection where DeepSpeed has no inference kernels for the device (it has them for cuda, hpu).
+
+        Raises:
+            ShardingNotSupportedError: ``replace_with_kernel_inject=True`` without DeepSpeed's
+                ``InferenceBuilder`` for the device, naming the setting that runs (automatic
+                tensor parallelism, ``replace_with_kernel_inject=False``).
+        """
+        if not self.inference_kwargs.get("replace_with_kernel_inject"):
+            return
+        from deepspeed.accelerator import get_accelerator
+
+        builder = get_accelerator().create_op_builder("InferenceBuilder")  # hpu, cuda: yes; cpu: NotImplementedBuilder
+        if builder is None or type(builder).__name__ == "NotImplementedBuilder" or not builder.is_compatible(False):
+            raise ShardingNotSupportedError(
+                f"replace_with_kernel_inject=True needs DeepSpeed's inference kernels, which DeepSpeed does not have"
+                f" for {self.device_type!r} (its {get_accelerator().device_name()!r} accelerator). Pass"
+                " replace_with_kernel_inject=False: DeepSpeed then splits the model's linear layers across"
+                " tensor_parallel={'tp_size': N} ranks without custom kernels (automatic tensor parallelism)."
+            )
 
     @override
     def setup_distributed(self) -> None:
@@ -75,18 +148,24 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
 
     @override
     def _initialize_deepspeed_inference(self, model: Module) -> None:
-        """The engine for ``validate``/``test``/``predict`` outside ``fit``, with :attr:`device_rank`.
+        """The engine for ``validate``/``test``/``predict`` outside ``fit``.
 
-        Lightning's builds the same inference config but passes ``root_device.index`` (``None`` on
-        CPU, and DeepSpeed fails with a ``TypeError``), like its training engine.
+        With :attr:`inference_kwargs`: ``deepspeed.init_inference`` with them (what lightning-habana
+        does). Otherwise ZeRO's engine, as Lightning builds it, but with :attr:`device_rank`
+        (Lightning passes ``root_device.index``: ``None`` on CPU, and DeepSpeed fails with a ``TypeError``).
         """
         assert isinstance(self.config, dict)
+        remove_module_hooks(model)  # the hooks of a previous engine
+        if self.inference_kwargs:
+            import deepspeed
+
+            self.model = deepspeed.init_inference(model, config=dict(self.inference_kwargs))
+            return
         inference_config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 1}  # DeepSpeed's throughput timers
         inference_config.update({key: self.config[key] for key in ("fp16", "bf16") if key in self.config})
         if self.zero_stage_3:
             inference_config["zero_allow_untested_optimizer"] = self.config["zero_allow_untested_optimizer"]
             inference_config["zero_optimization"] = self.config["zero_optimization"]
-        remove_module_hooks(model)  # the hooks of a previous engine
         self.model = self._deepspeed_initialize(model, None, config=inference_config, model_parameters=[])[0]
 
     @override
@@ -94,4 +173,5 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
         self._barrier()
 
 
-__all__ = ["AnyDeepSpeedStrategy", "DEEPSPEED_NAMES", "DeepSpeedNotInstalledError", "deepspeed_device_types"]
+__all__ = ["AnyDeepSpeedStrategy", "DEEPSPEED_NAMES", "DeepSpeedNotInstalledError", "deepspeed_device_types",
+           "inference_config_keys"]

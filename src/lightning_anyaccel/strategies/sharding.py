@@ -395,7 +395,7 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         """
         parallel_devices = self.parallel_devices
         assert parallel_devices is not None
-        if self._process_group_device() is not None:
+        if self._process_group_device() is not None and self._spec.process_device_env is None:  # Gaudi: all hpu:0
             _lightning.private("lightning.fabric.strategies.deepspeed", "_validate_device_index_selection")(
                 parallel_devices
             )
