@@ -43,6 +43,8 @@ BRANCH = "main"
 SITE_URL = (os.environ.get("READTHEDOCS_CANONICAL_URL") or os.environ.get("ANYACCEL_DOCS_URL")
             or PROJECT_URLS["Documentation"])
 SITE_URL = SITE_URL.rstrip("/") + "/"
+#: `{{repository}}` in the pages (docs/_ext/anyaccel_docs.py): the one source of the repository URL
+anyaccel_repository = REPOSITORY
 
 # nbsphinx converts markdown cells with the pandoc binary; PyPI's pypandoc-binary ships one.
 if shutil.which("pandoc") is None:
@@ -80,6 +82,9 @@ exclude_patterns = ["_build", "**/.ipynb_checkpoints", "notebooks/runs/**", "doc
 # ---- markdown --------------------------------------------------------------------------------
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
+# Copy exactly: no typographic replacement anywhere ("--index-url" must not become an en dash; a
+# test in tests/test_site.py checks every "--option" of the sources on the built pages).
+smartquotes = False
 
 # ---- notebooks -------------------------------------------------------------------------------
 nbsphinx_execute = "always"
