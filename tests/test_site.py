@@ -43,8 +43,10 @@ from _browser import CHROMIUM, launched_chromium  # noqa: E402
 BUILD_TIMEOUT_S = 540
 SOURCES = ["conf.py", "docs", "notebooks", "src", "CHANGELOG.md"]
 NOTEBOOK_PAGES = ["01_verify_environment", "02_single_card", "03_multi_card", "04_multi_node"]
-#: notebooks whose last figure must be on the page (the others end with a table)
-NOTEBOOKS_WITH_PLOTS = ["02_single_card", "03_multi_card"]
+#: notebooks whose last figure must be on the page (every notebook ends in a picture)
+NOTEBOOKS_WITH_PLOTS = NOTEBOOK_PAGES
+#: the fresh-directory nbmake run of all the downloaded notebooks (about 4 min on 2 idle cores)
+NBMAKE_TIMEOUT_S = 1500
 
 pytestmark = [
     pytest.mark.slow,
@@ -570,3 +572,48 @@ def test_troubleshooting_names_every_error_of_the_package(site):
     text = _page_texts()["docs/troubleshooting.html"]
     missing = sorted(name for name in classes if name not in text)
     assert not missing, f"not on the troubleshooting page: {missing}"
+
+
+
+@pytest.mark.timeout(NBMAKE_TIMEOUT_S + 120)
+def test_downloaded_notebooks_run_in_a_fresh_directory(site, browser, tmp_path):
+    """Every notebook as its page offers it (the download link), saved into an empty directory outside
+    the repository and run there with nbmake: it installs what is missing and writes what it imports
+    itself. The Colab link opens the same notebook of the repository (the same code cells)."""
+    import json
+    import signal
+    import urllib.request
+
+    fresh = tmp_path / "downloads"
+    fresh.mkdir()
+    for name in NOTEBOOK_PAGES:
+        visit = PageVisit(browser, urljoin(site, f"notebooks/{name}.html"))
+        try:
+            links = visit.page.locator(".anyaccel-notebook-links a[download]")
+            href = links.first.get_attribute("href")
+            colab = visit.page.locator(".anyaccel-notebook-links a[href*='colab.research.google.com']")
+            colab_href = colab.first.get_attribute("href") or ""
+        finally:
+            visit.close()
+        with urllib.request.urlopen(urljoin(site, f"notebooks/{href}"), timeout=30) as response:
+            downloaded = response.read()
+        (fresh / f"{name}.ipynb").write_bytes(downloaded)
+        source = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+        cells = [c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+                 for c in json.loads(downloaded)["cells"] if c["cell_type"] == "code"]
+        assert cells == ["".join(c["source"]) for c in source["cells"] if c["cell_type"] == "code"], name
+        assert colab_href.endswith(f"/blob/main/notebooks/{name}.ipynb"), colab_href
+    (fresh / "pytest.ini").write_text("[pytest]\n")  # not the repository's configuration
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "--nbmake",
+           "-c", str(fresh / "pytest.ini"), *(f"{name}.ipynb" for name in NOTEBOOK_PAGES)]
+    proc = subprocess.Popen(cmd, cwd=fresh, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=NBMAKE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"the downloaded notebooks did not finish in {NBMAKE_TIMEOUT_S}s:\n{out[-4000:]}")
+    assert proc.returncode == 0, out[-6000:]
+    assert f"{len(NOTEBOOK_PAGES)} passed" in out, out[-2000:]
+    assert (fresh / "digits.py").is_file(), "the notebooks did not write their files where they ran"
