@@ -572,6 +572,12 @@ def test_troubleshooting_names_every_error_of_the_package(site):
     text = _page_texts()["docs/troubleshooting.html"]
     missing = sorted(name for name in classes if name not in text)
     assert not missing, f"not on the troubleshooting page: {missing}"
+    # the anchors the errors' messages link to (lightning_anyaccel.troubleshooting)
+    from lightning_anyaccel.troubleshooting import LinkedError
+
+    html = (HTML / "docs" / "troubleshooting.html").read_text(encoding="utf-8")
+    anchors = [cls.__name__.lower() for cls in LinkedError.__subclasses__()]
+    assert not [a for a in anchors if f'id="{a}"' not in html], anchors
 
 
 
