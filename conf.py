@@ -170,6 +170,9 @@ def _prepare_notebook(app, docname: str, source: list[str]) -> None:
         print(f"{docname}: executing it (no fresh executed copy in {cache})")
     else:
         executed.setdefault("metadata", {}).setdefault("nbsphinx", {})["execute"] = "never"
+        # the download offers the notebook's own kernel (the test ran it on the kernel `make lab` registers)
+        original = json.loads((ROOT / f"{docname}.ipynb").read_text(encoding="utf-8"))["metadata"]
+        executed["metadata"]["kernelspec"] = original.get("kernelspec", executed["metadata"].get("kernelspec"))
         source[0] = json.dumps(executed)
         print(f"{docname}: using the executed copy in {cache}")
     source[0] = re.sub(re.escape(HOSTED_DOCS) + r"([\w/-]+)\.html", r"../docs/\1.md", source[0])
