@@ -43,6 +43,8 @@ BRANCH = "main"
 SITE_URL = (os.environ.get("READTHEDOCS_CANONICAL_URL") or os.environ.get("ANYACCEL_DOCS_URL")
             or PROJECT_URLS["Documentation"])
 SITE_URL = SITE_URL.rstrip("/") + "/"
+#: `{{repository}}` in the pages (docs/_ext/anyaccel_docs.py): the one source of the repository URL
+anyaccel_repository = REPOSITORY
 
 # nbsphinx converts markdown cells with the pandoc binary; PyPI's pypandoc-binary ships one.
 if shutil.which("pandoc") is None:
@@ -80,6 +82,9 @@ exclude_patterns = ["_build", "**/.ipynb_checkpoints", "notebooks/runs/**", "doc
 # ---- markdown --------------------------------------------------------------------------------
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
+# Copy exactly: no typographic replacement anywhere ("--index-url" must not become an en dash; a
+# test in tests/test_site.py checks every "--option" of the sources on the built pages).
+smartquotes = False
 
 # ---- notebooks -------------------------------------------------------------------------------
 nbsphinx_execute = "always"
@@ -88,21 +93,22 @@ nbsphinx_timeout = 400            # per cell; a notebook's own metadata may set 
 nbsphinx_kernel_name = "python3"  # the interpreter running Sphinx (the project's environment)
 nbsphinx_requirejs_path = ""      # no widgets here; RequireJS only clashes with the theme's scripts
 nbsphinx_assume_equations = False # no MathJax from a CDN on notebook pages: the site works offline
-# Every notebook page starts with where the notebook is and how to run it yourself.
+# Every notebook page starts with where the notebook is and how to run it yourself. The download is
+# the notebook as it ran for this page; it runs wherever it is saved (its first cell installs what is
+# missing, the next ones write the files it imports), and tests/test_site.py runs the downloaded
+# file in a fresh directory. Colab opens the same notebook from the repository.
 nbsphinx_prolog = r"""
 {% set name = env.docname.split('/')|last %}
 .. raw:: html
 
    <div class="admonition note anyaccel-notebook-links">
-   <p>This page is the notebook <code>notebooks/{{ name }}.ipynb</code>, executed when this site was
-   built. <a href="{{ name }}.ipynb" download>Download it</a> (with the outputs shown here) ·
-   <a href="REPOSITORY/blob/BRANCH/notebooks/{{ name }}.ipynb">view it on GitHub</a> ·
+   <p>This page is the notebook <code>{{ name }}.ipynb</code>, executed when this site was built.
+   <a href="{{ name }}.ipynb" download>Download it</a> (with the outputs shown here) and run it
+   anywhere: its first cell installs what is missing, the next ones write the files it imports. Or
    <a href="https://colab.research.google.com/github/OWNER/REPO/blob/BRANCH/notebooks/{{ name }}.ipynb">open
-   it in Colab</a> (Colab needs the package and <code>notebooks/tutorial.py</code>: clone the
-   repository there). In JupyterLab: <code>make lab</code> in a checkout opens <code>notebooks/</code>
-   with the project's kernel <code>lightning-anyaccel</code>, then
-   <a href="http://localhost:8888/lab/tree/{{ name }}.ipynb">{{ name }}.ipynb</a>. Test it with
-   <code>pytest --nbmake notebooks/{{ name }}.ipynb</code>.</p>
+   it in Colab</a>, or <a href="REPOSITORY/blob/BRANCH/notebooks/{{ name }}.ipynb">view it on GitHub</a>.
+   In a clone, <code>make lab</code> opens it in JupyterLab
+   (<a href="http://localhost:8888/lab/tree/{{ name }}.ipynb">{{ name }}.ipynb</a>).</p>
    </div>
 """.replace("REPOSITORY", REPOSITORY).replace("OWNER", GITHUB_OWNER).replace("REPO", GITHUB_REPO).replace(
     "BRANCH", BRANCH)
@@ -164,6 +170,9 @@ def _prepare_notebook(app, docname: str, source: list[str]) -> None:
         print(f"{docname}: executing it (no fresh executed copy in {cache})")
     else:
         executed.setdefault("metadata", {}).setdefault("nbsphinx", {})["execute"] = "never"
+        # the download offers the notebook's own kernel (the test ran it on the kernel `make lab` registers)
+        original = json.loads((ROOT / f"{docname}.ipynb").read_text(encoding="utf-8"))["metadata"]
+        executed["metadata"]["kernelspec"] = original.get("kernelspec", executed["metadata"].get("kernelspec"))
         source[0] = json.dumps(executed)
         print(f"{docname}: using the executed copy in {cache}")
     source[0] = re.sub(re.escape(HOSTED_DOCS) + r"([\w/-]+)\.html", r"../docs/\1.md", source[0])

@@ -108,7 +108,7 @@ def _plots(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
             ax.plot(vals, [i] * len(vals), "o", alpha=0.5, color="C0")
         ax.set_yticks(range(1, len(names) + 1), [VARIANT_LABELS.get(n, n) for n in names])
         ax.set_xlabel("training steps / s (higher is better)")
-        ax.set_title(f"Plugin overhead, one device — {tag}", fontsize=9)
+        ax.set_title(f"Plugin overhead, one device\n{tag}", fontsize=9)
         made["overhead"] = _save(fig, out_dir / "overhead.png")
 
     st = doc.get("strategies", {})
@@ -130,7 +130,7 @@ def _plots(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
         procs = st.get("settings", {}).get("processes", 2)
         ax.set_xlabel(f"training steps / s, {procs} process{'es' if procs > 1 else ''}"
                       " (median, min–max over rounds; higher is better)")
-        ax.set_title(f"Strategies side by side — {tag}", fontsize=9)
+        ax.set_title(f"Strategies side by side\n{tag}", fontsize=9)
         made["strategies"] = _save(fig, out_dir / "strategies.png")
 
     co = doc.get("collective", {})
@@ -148,7 +148,7 @@ def _plots(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("GB/s")
         ax.legend(fontsize=8)
-        ax.set_title(f"Collective bandwidth — {tag}", fontsize=9)
+        ax.set_title(f"Collective bandwidth\n{tag}", fontsize=9)
         made["collective"] = _save(fig, out_dir / "collective.png")
 
     fs = doc.get("first_step", {})
@@ -162,14 +162,14 @@ def _plots(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
             left = [a + b for a, b in zip(left, widths)]
         ax.set_xlabel("seconds from interpreter start to the end of the first step (median)")
         ax.legend(fontsize=8, loc="lower right")
-        ax.set_title(f"Time to first step, DDP — {tag}", fontsize=9)
+        ax.set_title(f"Time to first step, DDP\n{tag}", fontsize=9)
         made["first_step"] = _save(fig, out_dir / "first_step.png")
     return made
 
 
 def _save(fig: Any, path: Path) -> str:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # every title and label inside the image
     import matplotlib.pyplot as plt
 
     plt.close(fig)

@@ -1,20 +1,23 @@
 """The notebooks in JupyterLab, in a real browser, the way ``make lab`` serves them.
 
-Starts JupyterLab like ``make lab`` (notebook directory ``notebooks/``, default kernel
-``lightning-anyaccel``, a kernel of this interpreter registered under that name), plus what a
-test needs: ``--no-browser``, a token, a free port on 127.0.0.1, no update check and the app
+Starts JupyterLab like ``make lab`` (default kernel ``lightning-anyaccel``, a kernel of this
+interpreter registered under that name), on a fresh directory outside the repository that holds
+only copies of the notebooks, so that each notebook shows it runs wherever it is saved (it installs
+what is missing and writes the files it imports itself); plus what a test needs: ``--no-browser``, a token, a free port on 127.0.0.1, no update check and the app
 object exposed to the page. Chromium (``/usr/bin/chromium``, driven by Playwright) opens every
 notebook, switches it to the ``lightning-anyaccel`` kernel, runs all cells, and the test checks
 that every code cell ran without an error output and that the notebook ends with its result
-(a picture or a table). The executed notebook is then stored for the documentation build
+(a picture). The executed notebook is then stored for the documentation build
 (``docs/_ext/notebook_cache.py``), which so does not execute the notebooks a second time.
 
 Every wait is bounded; JupyterLab's process group is killed if it does not shut down. The
-static checks at the end (links, line lengths) need no browser.
+static checks at the end (links, line lengths, the install cell, the files the notebooks write)
+need no browser.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -89,7 +92,11 @@ def lab(tmp_path_factory):
     settings.mkdir(parents=True)
     (settings / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}))
     token, port = secrets.token_hex(16), _free_port()
-    cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={NOTEBOOKS}",
+    fresh = tmp / "notebooks"  # outside the repository: nothing next to the notebooks but themselves
+    fresh.mkdir()
+    for name in NAMES:
+        (fresh / name).write_bytes((NOTEBOOKS / name).read_bytes())
+    cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={fresh}",
            f"--MappingKernelManager.default_kernel_name={KERNEL}",
            "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
            f"--IdentityProvider.token={token}", "--LabApp.expose_app_in_browser=True",
@@ -98,7 +105,7 @@ def lab(tmp_path_factory):
         cmd.append("--allow-root")  # as `make lab` does for root (CI, containers)
     log_path = tmp / "jupyterlab.log"
     log = open(log_path, "w")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=fresh, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -114,7 +121,7 @@ def lab(tmp_path_factory):
             if time.monotonic() > deadline:
                 pytest.fail(f"JupyterLab did not answer in {START_TIMEOUT_S}s:\n{log_path.read_text()[-4000:]}")
             time.sleep(1)
-        yield base, token, log_path
+        yield base, token, log_path, fresh
         # shut down as a user would (File > Shut Down): the server stops its kernels and exits
         request = urllib.request.Request(f"{base}/api/shutdown", method="POST",
                                          headers={"Authorization": f"token {token}"})
@@ -152,8 +159,8 @@ PANEL_JS = """name => {
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.timeout(RUN_TIMEOUT_S + 180)
 def test_notebook_runs_in_jupyterlab(lab, browser, name):
-    base, token, log_path = lab
-    on_disk = (NOTEBOOKS / name).read_bytes()
+    base, token, log_path, fresh = lab
+    on_disk = (fresh / name).read_bytes()
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     page.set_default_timeout(60_000)
@@ -198,15 +205,14 @@ def test_notebook_runs_in_jupyterlab(lab, browser, name):
     finally:
         context.close()
     print(f"{name}: Run All took {seconds:.0f} s with kernel {kernel_name}")
-    assert (NOTEBOOKS / name).read_bytes() == on_disk, f"{name} was saved over during the test"
+    assert (fresh / name).read_bytes() == on_disk, f"{name} was saved over during the test"
     assert kernel_name == KERNEL
     problems = notebook_cache.problems(executed)
     assert not problems, f"{name}: {problems}"
     code_cells = [c for c in executed["cells"] if c["cell_type"] == "code"]
     last_outputs = code_cells[-1].get("outputs", [])
     data = [o.get("data", {}) for o in last_outputs]
-    assert any("image/png" in d or "<table" in "".join(d.get("text/html", "")) for d in data), \
-        f"{name}: the last cell shows no picture and no table: {last_outputs}"
+    assert any("image/png" in d for d in data), f"{name}: the last cell shows no picture: {last_outputs}"
     assert not outside, f"{name}: JupyterLab asked for addresses outside the server: {outside[:5]}"
     notebook_cache.store(NOTEBOOKS / name, executed)  # the docs build reuses this run
 
@@ -247,5 +253,62 @@ def test_notebook_states_run_time_and_what_to_change(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_code_fits_the_page(name):
-    long = [line for text in _cells(name, "code") for line in text.splitlines() if len(line) > MAX_CODE_LINE]
+    # the launch scripts are the repository's files as they are (test_notebook_writes_what_it_imports)
+    cells = [text for text in _cells(name, "code") if not text.startswith("%%bash\ncat > launch/")]
+    long = [line for text in cells for line in text.splitlines() if len(line) > MAX_CODE_LINE]
     assert not long, f"{name}: lines longer than {MAX_CODE_LINE} characters scroll on the site: {long}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_installs_what_is_missing_first(name):
+    """The first code cell installs the package (from pyproject's repository URL) and what the notebook
+    imports with ``%pip``, only when it is missing: in this environment it does nothing."""
+    first = _cells(name, "code")[0]
+    repository = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    assert f'REPOSITORY = "{repository.rstrip("/")}"' in first, first
+    assert "importlib.util.find_spec(module) is None" in first and "\nif missing:\n    %pip install" in first
+    assert "torch" not in first.split("PACKAGES = {", 1)[1].split("}", 1)[0], "never install torch"
+    namespace: dict = {}
+    exec(first.split("\nif missing:")[0], namespace)  # the guard only: nothing is installed here
+    assert namespace["missing"] == [], f"{name} would install {namespace['missing']} in this environment"
+
+
+def _written_files() -> dict[str, dict[str, str]]:
+    """Files the notebooks write, file name -> {notebook: content}: ``%%writefile NAME`` cells (Python)
+    and ``%%bash`` cells ``cat > NAME <<'EOF' ... EOF`` (shell scripts, so that the site highlights
+    them as text rather than as Python)."""
+    files: dict[str, dict[str, str]] = {}
+    for name in NAMES:
+        for text in _cells(name, "code"):
+            heredoc = re.fullmatch(r"%%bash\ncat > (\S+) <<'EOF'\n(.*)\nEOF\n?", text, re.S)
+            if heredoc:
+                files.setdefault(heredoc.group(1), {})[name] = heredoc.group(2)
+            elif text.startswith("%%writefile "):
+                target, _, content = text.partition("\n")
+                files.setdefault(target.split(None, 1)[1], {})[name] = content
+    return files
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_writes_what_it_imports(name):
+    """A notebook imports no module and launches no file that it does not write itself."""
+    written = {target for target, by in _written_files().items() if name in by}
+    code = "\n".join(_cells(name, "code"))
+    for module in re.findall(r"^\s*from (\w+) import", code, re.M):
+        if importlib.util.find_spec(module) is None or (NOTEBOOKS / f"{module}.py").exists():
+            assert f"{module}.py" in written, f"{name} imports {module} without writing {module}.py"
+    assert "from tutorial" not in code and "../" not in code, f"{name} reads files of the repository"
+    for script in re.findall(r'"([\w/]+\.(?:py|sh))"', code):
+        assert script in written or any(t.endswith(f"/{script}") for t in written), \
+            f"{name} launches {script} without writing it"
+
+
+def test_notebooks_write_the_same_files_alike():
+    """A file two notebooks write has one content; the launch scripts are the repository's own
+    (``scripts/launch/``, which the scale-out tests run)."""
+    for target, by in _written_files().items():
+        contents = set(by.values())
+        assert len(contents) == 1, f"{target} differs between {sorted(by)}"
+        if target.startswith("launch/"):
+            repo = (ROOT / "scripts" / target).read_text()
+            assert contents.pop().rstrip("\n") == repo.rstrip("\n"), f"{target} differs from scripts/{target}"

@@ -5,7 +5,12 @@ Builds the site (or reuses ``_build/html`` when it is newer than every source), 
 asks for nothing outside 127.0.0.1; the notebook pages show executed outputs and their plots; a
 search for "xccl" finds the support matrix; every internal link resolves; what hosting needs
 (canonical URL, sitemap, 404 page, edit links, copy buttons, notebook downloads) is there; on a
-phone-sized screen, in light and dark mode, no page scrolls sideways and table text is readable.
+phone-sized screen, in light and dark mode, no page scrolls sideways and table text is readable;
+at 1280 px and at 390 px nothing in the main column is wider than the column and no code block is
+cut off. Static checks of the built pages: every ``--option`` of the sources reaches the HTML as
+typed (no typographic dash), no ``<placeholder>`` in a command, the front page links every device
+type's status page, the users' benchmark page is short, and the troubleshooting page names every
+error class of the package.
 
 The build reuses the notebooks that ``tests/test_lab.py`` executed just before (see
 ``docs/_ext/notebook_cache.py``): when their executed copies are fresh, the build must not
@@ -36,10 +41,12 @@ import notebook_cache  # noqa: E402
 HTML = ROOT / "_build" / "html"
 from _browser import CHROMIUM, launched_chromium  # noqa: E402
 BUILD_TIMEOUT_S = 540
-SOURCES = ["conf.py", "docs", "notebooks", "src", "CHANGELOG.md"]
+SOURCES = ["conf.py", "docs", "notebooks", "src", "CHANGELOG.md", "benchmarks/results", "scripts/launch", "pyproject.toml"]
 NOTEBOOK_PAGES = ["01_verify_environment", "02_single_card", "03_multi_card", "04_multi_node"]
-#: notebooks whose last figure must be on the page (the others end with a table)
-NOTEBOOKS_WITH_PLOTS = ["02_single_card", "03_multi_card"]
+#: notebooks whose last figure must be on the page (every notebook ends in a picture)
+NOTEBOOKS_WITH_PLOTS = NOTEBOOK_PAGES
+#: the fresh-directory nbmake run of all the downloaded notebooks (about 4 min on 2 idle cores)
+NBMAKE_TIMEOUT_S = 1500
 
 pytestmark = [
     pytest.mark.slow,
@@ -318,20 +325,48 @@ def test_notebook_pages_link_the_notebook(site, browser, name):
         visit.close()
 
 
-def test_notebook_code_fits_the_page(site, browser):
-    """On a laptop-sized screen, no code cell of a notebook page needs a horizontal scroll bar."""
+#: what sticks out of the main column (Furo's ``.content``) on the page now shown: every element
+#: wider than the column (except inside a table's own scroll container that fits the column) and
+#: every code block that hides part of a line behind a scroll bar (a notebook's text output, such as
+#: Lightning's model summary, scrolls inside its output area instead)
+COLUMN_JS = """() => {
+    const column = document.querySelector('.content');
+    if (!column) return ['no .content column'];
+    const right = column.getBoundingClientRect().right;
+    const problems = [];
+    const say = (el, what) => problems.push(el.tagName.toLowerCase() + (el.className ? '.' + el.className : '')
+        + ' ' + what + ': ' + (el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 60));
+    for (const el of column.querySelectorAll('*')) {
+        const r = el.getBoundingClientRect();
+        if (!r.width || r.right <= right + 1 || getComputedStyle(el).visibility === 'hidden') continue;
+        if (!el.textContent.trim() && !el.children.length && el.tagName !== 'IMG') continue;  // wrapped spaces
+        // a table may scroll inside its own container, and so may a notebook's text output
+        const scroller = el.closest('.table-wrapper, div.nboutput div.output_area');
+        if (scroller && scroller !== el && scroller.getBoundingClientRect().right <= right + 1) continue;
+        say(el, Math.round(r.right - right) + 'px wider than the column');
+    }
+    for (const pre of column.querySelectorAll('pre')) {
+        if (pre.closest('div.nboutput')) continue;  // output, not code: scrolls in its area (above)
+        if (pre.scrollWidth > pre.clientWidth + 1) say(pre, 'cut off');
+    }
+    return problems.slice(0, 5);
+}"""
+
+
+def test_nothing_wider_than_the_column_at_1280px(site, browser):
+    """On a laptop screen, every page's main column holds all of its content (code wraps, tables fit)."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     try:
         page = context.new_page()
-        wide = {}
-        for name in NOTEBOOK_PAGES:
-            page.goto(urljoin(site, f"notebooks/{name}.html"), wait_until="load")
-            cells = page.evaluate("""() => [...document.querySelectorAll('div.nbinput pre')]
-                .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
-                .map(pre => pre.textContent.split('\\n').reduce((a, b) => a.length > b.length ? a : b))""")
-            if cells:
-                wide[name] = cells
-        assert not wide, f"code lines wider than the page: {wide}"
+        problems = {}
+        for rel in _all_pages():
+            if rel == "index.html":
+                continue  # the entry point only redirects
+            page.goto(urljoin(site, rel), wait_until="load")
+            found = page.evaluate(COLUMN_JS)
+            if found:
+                problems[rel] = found
+        assert not problems, f"1280px wide: {problems}"
     finally:
         context.close()
 
@@ -380,7 +415,8 @@ OVERFLOW_JS = """() => {
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_phone_screen_no_sideways_scrolling_and_readable_tables(site, browser, scheme):
-    context = browser.new_context(viewport={"width": 375, "height": 740}, device_scale_factor=2,
+    """390 px (a current phone): no sideways scrolling, nothing wider than the column, readable tables."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2,
                                   is_mobile=True, has_touch=True, color_scheme=scheme)
     try:
         page = context.new_page()
@@ -392,7 +428,7 @@ def test_phone_screen_no_sideways_scrolling_and_readable_tables(site, browser, s
             page.goto(urljoin(site, rel), wait_until="load")
             overflow = page.evaluate(OVERFLOW_JS)
             unreadable = page.evaluate(CONTRAST_JS)
-            issues = []
+            issues = [] if scheme == "dark" else page.evaluate(COLUMN_JS)  # the layout is the same in both
             if overflow["page"] > 1:
                 issues.append(f"page scrolls sideways by {overflow['page']}px")
             if overflow["tables"]:
@@ -401,6 +437,192 @@ def test_phone_screen_no_sideways_scrolling_and_readable_tables(site, browser, s
                 issues.append(f"table text with contrast < 4.5: {unreadable}")
             if issues:
                 problems[rel] = issues
-        assert not problems, f"{scheme} mode, 375px wide: {problems}"
+        assert not problems, f"{scheme} mode, 390px wide: {problems}"
     finally:
         context.close()
+
+
+# ---- copy exactly, install from the page, the front door, short user pages -------------------
+
+
+@functools.cache
+def _page_texts() -> dict[str, str]:
+    """The text of every page of the site (tags removed, entities decoded), by path."""
+    import html
+    import re
+
+    return {rel: html.unescape(re.sub(r"<[^>]+>", "", (HTML / rel).read_text(encoding="utf-8")))
+            for rel in _all_pages()}
+
+
+def _code_blocks(rel: str) -> list[tuple[str, str]]:
+    """(language, text) of every highlighted code block of a page."""
+    import html
+    import re
+
+    source = (HTML / rel).read_text(encoding="utf-8")
+    return [(lang, html.unescape(re.sub(r"<[^>]+>", "", code))) for lang, code in re.findall(
+        r'<div class="highlight-([\w-]+)[^"]*"><div class="highlight"><pre>(.*?)</pre>', source, re.S)]
+
+
+def test_double_hyphens_reach_the_page_as_typed(site):
+    """Every ``--option`` written in the sources is on the built pages as ``--option``, and no dash
+    that typography made out of ``--`` is (pip: "Invalid requirement: '–index-url'")."""
+    import re
+
+    from lightning_anyaccel.devices import DEVICE_TABLE
+
+    sources = [p.read_text(encoding="utf-8") for p in (ROOT / "docs").rglob("*.md")]
+    sources += [spec.install for spec in DEVICE_TABLE.values()]
+    options = {m for text in sources for m in re.findall(r"(?<![\w-])--[a-z][\w-]+", text)}
+    assert "--index-url" in options and "--device" in options, sorted(options)[:20]
+    site_text = "\n".join(_page_texts().values())
+    missing = sorted(option for option in options if option not in site_text)
+    assert not missing, f"options typed in the sources but not on the pages: {missing}"
+    written = {m for text in sources for m in re.findall(r"[–—][a-z][\w-]+", text)}
+    dashes = sorted({m for m in re.findall(r"[–—][a-z][\w-]+", site_text)} - written)
+    assert not dashes, f"dashes before an option name that the sources do not have: {dashes}"
+
+
+def test_install_commands_have_no_placeholders(site):
+    """No ``<...>`` in a command and no ``<words with spaces>`` anywhere; the repository URL is the one
+    of ``pyproject.toml`` and every page that tells how to install shows it in a command."""
+    import re
+    import tomllib
+
+    repository = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"].rstrip("/")
+    problems = []
+    for rel, text in _page_texts().items():
+        problems += [f"{rel}: unfilled {m}" for m in re.findall(r"\{\{\s*\w+\s*\}\}", text)]
+        problems += [f"{rel}: {m}" for m in re.findall(r"<[A-Za-z][\w.-]*(?: [\w.-]+)+>", text)
+                     if not m.startswith(("<built-in", "<method", "<function"))]  # profiler names, reprs
+        for lang, code in _code_blocks(rel):
+            if lang in ("bash", "console", "shell", "sh", "default", "text"):
+                problems += [f"{rel} ({lang} block): {m}" for m in re.findall(r"<[^<>\n]{1,40}>", code)]
+    assert not problems, problems
+    for rel in ("docs/installation.html", "docs/index.html", "docs/devices/xpu.html"):
+        commands = "\n".join(code for lang, code in _code_blocks(rel) if lang == "bash")
+        assert f'pip install "git+{repository}.git"' in commands, f"{rel}: {commands}"
+    clone = "\n".join(code for _, code in _code_blocks("docs/installation.html"))
+    assert f"git clone {repository}.git\ncd {repository.rsplit('/', 1)[1]}\npip install ." in clone, clone
+
+
+def test_front_page_links_every_device_status_page(site, browser):
+    """One badge per device type on the front page; each opens that device's page, which has the
+    install, the lines to change, the check and the status the badge showed."""
+    from lightning_anyaccel.devices import DEVICE_TABLE
+
+    import anyaccel_docs
+
+    validation = anyaccel_docs.load_validation(ROOT).get("devices", {})
+    visit = PageVisit(browser, urljoin(site, "docs/index.html"))
+    try:
+        cards = visit.page.locator("ul.anyaccel-device-status a.anyaccel-device")
+        found = {}
+        for i in range(cards.count()):
+            href = cards.nth(i).get_attribute("href") or ""
+            found[href.rsplit("/", 1)[-1].removesuffix(".html")] = (href, cards.nth(i).inner_text())
+        assert set(found) == set(DEVICE_TABLE), (sorted(found), sorted(DEVICE_TABLE))
+        for device_type, (href, card) in found.items():
+            status = anyaccel_docs.STATUS_TEXT[validation.get(device_type, {}).get("status", "untested")]
+            assert status in card, (device_type, card)
+            visit.page.goto(urljoin(urljoin(site, "docs/index.html"), href), wait_until="load")
+            text = visit.page.locator("article").inner_text()
+            for part in ("Install", "The lines to change", f"lightning_anyaccel.verify --device {device_type}",
+                         "Known limitations here", status):
+                assert part in text, f"{device_type} page: no {part!r}"
+    finally:
+        visit.close()
+
+
+def test_users_benchmark_page_is_short_with_one_chart(site, browser):
+    visit = PageVisit(browser, urljoin(site, "docs/performance.html"))
+    try:
+        article = visit.page.locator("article")
+        words = len(article.inner_text().split())
+        assert words < 600, f"{words} words"
+        images = article.locator("img")
+        assert images.count() == 1
+        images.first.scroll_into_view_if_needed()
+        assert images.first.evaluate("img => img.complete ? img.naturalWidth : 0") > 100
+        hrefs = [a.get_attribute("href") or "" for a in article.locator("a").all()]
+        assert any(h.startswith("benchmarks.html") for h in hrefs), hrefs  # the details, one click away
+        from lightning_anyaccel.devices import DEVICE_TABLE
+
+        results = [p.stem for p in (ROOT / "benchmarks" / "results").glob("*.json") if p.stem in DEVICE_TABLE]
+        sentences = article.locator("li").all_inner_texts()
+        for device_type in results:
+            assert any(s.startswith(f"{device_type} (") for s in sentences), (device_type, sentences)
+    finally:
+        visit.close()
+
+
+def test_troubleshooting_names_every_error_of_the_package(site):
+    """Every exception class the package raises for bad input is an entry of the troubleshooting page."""
+    import inspect
+
+    import lightning_anyaccel
+    from lightning_anyaccel import checkpoint, launchers, precision, runtime
+    from lightning_anyaccel import accelerator, distributed, policy
+    from lightning_anyaccel.strategies import common, sharding
+
+    classes = {name for module in (lightning_anyaccel, accelerator, checkpoint, distributed, launchers, policy,
+                                   precision, runtime, common, sharding)
+               for name, value in vars(module).items()
+               if inspect.isclass(value) and issubclass(value, Exception)
+               and value.__module__.startswith("lightning_anyaccel")}
+    assert len(classes) >= 10, classes
+    text = _page_texts()["docs/troubleshooting.html"]
+    missing = sorted(name for name in classes if name not in text)
+    assert not missing, f"not on the troubleshooting page: {missing}"
+    # the anchors the errors' messages link to (lightning_anyaccel.troubleshooting)
+    from lightning_anyaccel.troubleshooting import LinkedError
+
+    html = (HTML / "docs" / "troubleshooting.html").read_text(encoding="utf-8")
+    anchors = [cls.__name__.lower() for cls in LinkedError.__subclasses__()]
+    assert not [a for a in anchors if f'id="{a}"' not in html], anchors
+
+
+
+@pytest.mark.timeout(NBMAKE_TIMEOUT_S + 120)
+def test_downloaded_notebooks_run_in_a_fresh_directory(site, browser, tmp_path):
+    """Every notebook as its page offers it (the download link), saved into an empty directory outside
+    the repository and run there with nbmake: it installs what is missing and writes what it imports
+    itself. The Colab link opens the same notebook of the repository (the same code cells)."""
+    import json
+    import signal
+    import urllib.request
+
+    fresh = tmp_path / "downloads"
+    fresh.mkdir()
+    for name in NOTEBOOK_PAGES:
+        visit = PageVisit(browser, urljoin(site, f"notebooks/{name}.html"))
+        try:
+            links = visit.page.locator(".anyaccel-notebook-links a[download]")
+            href = links.first.get_attribute("href")
+            colab = visit.page.locator(".anyaccel-notebook-links a[href*='colab.research.google.com']")
+            colab_href = colab.first.get_attribute("href") or ""
+        finally:
+            visit.close()
+        with urllib.request.urlopen(urljoin(site, f"notebooks/{href}"), timeout=30) as response:
+            downloaded = response.read()
+        (fresh / f"{name}.ipynb").write_bytes(downloaded)
+        source = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+        cells = [c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+                 for c in json.loads(downloaded)["cells"] if c["cell_type"] == "code"]
+        assert cells == ["".join(c["source"]) for c in source["cells"] if c["cell_type"] == "code"], name
+        assert colab_href.endswith(f"/blob/main/notebooks/{name}.ipynb"), colab_href
+    (fresh / "pytest.ini").write_text("[pytest]\n")  # not the repository's configuration
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "--nbmake",
+           "-c", str(fresh / "pytest.ini"), *(f"{name}.ipynb" for name in NOTEBOOK_PAGES)]
+    proc = subprocess.Popen(cmd, cwd=fresh, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=NBMAKE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"the downloaded notebooks did not finish in {NBMAKE_TIMEOUT_S}s:\n{out[-4000:]}")
+    assert proc.returncode == 0, out[-6000:]
+    assert f"{len(NOTEBOOK_PAGES)} passed" in out, out[-2000:]
+    assert (fresh / "digits.py").is_file(), "the notebooks did not write their files where they ran"

@@ -3,11 +3,17 @@
 - `anyaccel-support-matrix`, `anyaccel-install-table`, `anyaccel-validation`: directives
   that build their tables at build time from `lightning_anyaccel.devices.DEVICE_TABLE` and
   `docs/validation.toml`, so the pages can not drift from the code or from what was run.
+- `anyaccel-device-status`: the front page's status badge per device family, linking to the
+  per-device pages `docs/devices/<type>.md`, which `write_device_pages` generates (install, the lines
+  to change, `verify`, what ran, known limitations there) before Sphinx reads the sources.
+- `{{repository}}` and `{{version}}` in the pages become `pyproject.toml`'s repository URL and the
+  package version (one source for both, also inside code blocks).
 - The site's entry point `index.html` redirects to the start page `docs/index.html`.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -21,6 +27,29 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+#: The device families of the front page, in its order: device type -> (family, vendor words that
+#: name it in docs/limitations.md, besides the device type itself).
+FAMILIES = {
+    "xpu": ("Intel GPU", ["XPU", "Intel GPU"]),
+    "hpu": ("Intel Gaudi", ["HPU", "Gaudi", "habana"]),
+    "npu": ("Huawei Ascend", ["NPU", "Ascend", "torch_npu"]),
+    "sdaa": ("Teco", ["SDAA", "Teco", "torch_sdaa"]),
+    "mlu": ("Cambricon", ["MLU", "Cambricon", "torch_mlu"]),
+    "musa": ("Moore Threads", ["MUSA", "Moore Threads", "torch_musa"]),
+    "cuda": ("NVIDIA / AMD GPU", ["CUDA", "ROCm", "NVIDIA"]),
+    "mps": ("Apple GPU", ["MPS", "Apple"]),
+    "cpu": ("CPU", []),
+}
+
+#: Sections of docs/migration.md for users of a vendor plugin (device type -> heading anchor).
+MIGRATION = {
+    "hpu": ("lightning-habana", "from-lightning-habana-gaudi-hpu"),
+    "sdaa": ("lightning-teco", "from-lightning-teco-sdaa-sdaa"),
+    "xpu": ("the Intel Aurora example", "from-the-intel-aurora-example-xpu-mpiexec"),
+    "cuda": ("Lightning's `accelerator=\"gpu\"`", "from-lightnings-built-in-accelerators-acceleratorgpu"),
+    "mps": ("Lightning's `accelerator=\"mps\"`", "from-lightnings-built-in-accelerators-acceleratorgpu"),
+}
 
 STATUS_TEXT = {
     "hardware": "run on hardware",
@@ -232,6 +261,197 @@ class ValidationTable(_TableDirective):
                 _table(["device type", *FEATURE_NAMES.values()], features)]
 
 
+
+# ---- the front door: status per device family, one generated page per device type -------------
+
+#: where the generated per-device pages go (relative to the source directory); not committed
+DEVICE_PAGES = Path("docs") / "devices"
+
+
+def _slug(title: str) -> str:
+    """The anchor MyST gives a heading (``myst_heading_anchors``): lower case, words joined by ``-``."""
+    text = re.sub(r"[^\w\- ]", "", title.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def _limitations_for(text: str, device_type: str, words: list[str]) -> list[tuple[str, str, str]]:
+    """(section title, its anchor, the item's bold lead) of every item of ``limitations.md`` naming the device."""
+    found, section = [], ""
+    pattern = re.compile("|".join([rf"`{re.escape(device_type)}`", *(rf"\b{re.escape(w)}\b" for w in words)]))
+    for block in re.split(r"\n\s*\n", text):
+        heading = re.match(r"## (.+)", block)
+        if heading:
+            section = heading.group(1).strip()
+            continue
+        lead = re.match(r"\*\*(.+?)\*\*", block, re.S)
+        if section and lead and pattern.search(block):
+            found.append((section, _slug(section), " ".join(lead.group(1).split())))
+    return found
+
+
+def _trainer_lines(spec: Any) -> str:
+    """The lines a user of this device type changes: the import and the Trainer's arguments."""
+    accelerator = f'AnyAccelerator("{spec.type}")' if spec.lightning_builtin else f'"{spec.type}"'
+    precision = next((flag for flag in ("bf16-mixed", "16-mixed") if spec.supports_precision(flag)), "32-true")
+    lines = ["from lightning import Trainer"]
+    if spec.lightning_builtin:
+        lines.append("from lightning_anyaccel import AnyAccelerator  # also registers the strategy names")
+    else:
+        lines.append(f'import lightning_anyaccel  # registers "{spec.type}", "any_ddp", ... with Lightning')
+    lines.append("")
+    if spec.backend:
+        lines.append(f"trainer = Trainer(accelerator={accelerator}, devices=\"auto\", strategy=\"any_ddp\",")
+    else:
+        lines.append(f"trainer = Trainer(accelerator={accelerator}, devices=1, strategy=\"any_single\",")
+    lines.append(f'                  precision="{precision}")')
+    return "\n".join(lines)
+
+
+def device_page(spec: Any, entry: dict[str, Any], limitations: str) -> str:
+    """The generated page of one device type (MyST markdown)."""
+    family, words = FAMILIES.get(spec.type, (spec.name, []))
+    status = entry.get("status", "untested")
+    install = spec.install or "the PyTorch build for your platform from pytorch.org"
+    lines = [
+        f"# {family}: `{spec.type}`", "",
+        f"<!-- generated by docs/_ext/anyaccel_docs.py from DEVICE_TABLE and docs/validation.toml -->", "",
+        f'<span class="anyaccel-badge anyaccel-badge-{status}">{STATUS_TEXT.get(status, status)}</span> '
+        f"{spec.name}. " + (f"{entry['what'][0].upper()}{entry['what'][1:]}." if entry.get("what") else ""), "",
+        *([spec.notes, ""] if spec.notes else []),
+        "## Install", "",
+        "1. Your vendor's PyTorch first (it decides which devices PyTorch sees; nothing after may replace it):",
+    ]
+    if install.startswith("pip "):
+        lines += ["", "   ```bash", f"   {install}", "   ```", ""]
+    else:
+        lines += [f"   {install}.", ""]
+    lines += [
+        "2. This package (not on PyPI yet; other ways in [Installation](../installation.md#installing-the-package)):",
+        "", "   ```bash", '   pip install "git+{{repository}}.git"', "   ```", "",
+        "3. Check what PyTorch sees, and that it trains:", "",
+        "   ```bash", f"   python -m lightning_anyaccel.verify --device {spec.type}", "   ```", "",
+    ]
+    if spec.vendor_module:
+        lines += [f"The vendor package `{spec.vendor_module}` is imported for you.", ""]
+    lines += ["## The lines to change", "", "```python", _trainer_lines(spec), "```", ""]
+    if spec.backend:
+        lines += [f"Several devices train with DDP over `{spec.backend}`; other strategies: "
+                  "[choose a strategy](../strategies.md).", ""]
+    else:
+        lines += ["One device per machine: single-device training only.", ""]
+    if spec.type in MIGRATION:
+        name, anchor = MIGRATION[spec.type]
+        lines += [f"Coming from {name}: [the lines to change](../migration.md#{anchor}).", ""]
+    lines += ["## What ran", ""]
+    for level in LEVELS:
+        lines.append(f"- **{STATUS_TEXT[level]}**: {_level_text(entry, level)}")
+    lines += ["", "Per feature: the [support matrix](../support_matrix.md#what-was-tested). Have this device? "
+              "[Validate it](../validate_hardware.md) and send the record.", "", "## Known limitations here", "",
+              "What Lightning and PyTorch do wrong on this device type; each link says what the package does about "
+              "it and what you can do:", ""]
+    found = _limitations_for(limitations, spec.type, words)
+    for section, anchor, lead in found:
+        lines.append(f"- {lead} ([{section}](../limitations.md#{anchor}))")
+    if not found:
+        lines.append("None specific to this device type.")
+    lines += ["", "All of them, with workarounds and upstream issues: [known limitations](../limitations.md); "
+              "error messages: [troubleshooting](../troubleshooting.md).", ""]
+    return "\n".join(lines)
+
+
+def write_device_pages(app: Sphinx) -> None:
+    """Write ``docs/devices/<type>.md`` for every device type (only files whose text changed)."""
+    from lightning_anyaccel.devices import DEVICE_TABLE
+
+    srcdir = Path(app.srcdir)
+    validation = load_validation(srcdir).get("devices", {})
+    limitations = (srcdir / "docs" / "limitations.md").read_text(encoding="utf-8")
+    out = srcdir / DEVICE_PAGES
+    out.mkdir(parents=True, exist_ok=True)
+    wanted = set()
+    for spec in DEVICE_TABLE.values():
+        path = out / f"{spec.type}.md"
+        wanted.add(path.name)
+        text = device_page(spec, validation.get(spec.type, {}), limitations)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+    for stale in out.glob("*.md"):
+        if stale.name not in wanted:
+            stale.unlink()
+
+
+class DeviceStatus(_TableDirective):
+    """Per device family: a status badge linking to its generated page (the front page)."""
+
+    def tables(self) -> list[nodes.Node]:
+        from lightning_anyaccel.devices import DEVICE_TABLE
+
+        validation = load_validation(Path(self.env.srcdir)).get("devices", {})
+        here = Path(self.env.docname).parent
+        items = []
+        order = [t for t in FAMILIES if t in DEVICE_TABLE] + [t for t in DEVICE_TABLE if t not in FAMILIES]
+        for device_type in order:
+            family = FAMILIES.get(device_type, (DEVICE_TABLE[device_type].name, []))[0]
+            status = validation.get(device_type, {}).get("status", "untested")
+            target = Path(os.path.relpath(DEVICE_PAGES / f"{device_type}.html", here)).as_posix()
+            items.append(
+                f'<li><a class="anyaccel-device" href="{target}"><span class="anyaccel-family">{family}</span> '
+                f"<code>{device_type}</code> "
+                f'<span class="anyaccel-badge anyaccel-badge-{status}">{STATUS_TEXT.get(status, status)}</span></a></li>')
+        html = '<ul class="anyaccel-device-status">\n' + "\n".join(items) + "\n</ul>\n"
+        return [nodes.raw("", html, format="html")]
+
+
+class BenchmarkSummary(SphinxDirective):
+    """One sentence per device from ``benchmarks/results/<type>.json``: what the plugin costs over Lightning."""
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        import json
+
+        results = sorted((Path(self.env.srcdir) / "benchmarks" / "results").glob("*.json"))
+        items = nodes.bullet_list()
+        for path in results:
+            self.env.note_dependency(str(path))
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            sentence = _benchmark_sentence(doc, path.stem)
+            if sentence:
+                item = nodes.list_item()
+                item += _inline(sentence)
+                items += item
+        return [items] if len(items) else [_inline("No benchmark results in `benchmarks/results/` yet.")]
+
+
+def _benchmark_sentence(doc: dict[str, Any], device_type: str) -> str:
+    """``cuda`` (NVIDIA H100, 2026-11-22): one device 0.96 x Lightning's own accelerator ..., same calls."""
+    meta, overhead = doc.get("meta", {}), doc.get("overhead", {})
+    ratio = overhead.get("ratios", {}).get("plugin/builtin", {}).get("per_round")
+    if not ratio:
+        return ""
+    device = meta.get("device", {})
+    where = f"`{device_type}` ({device.get('name', device_type)}, {str(meta.get('date', ''))[:10]})"
+    parts = [f"{where}: on one device the plugin ran at {ratio['median']:.2f} x the steps per second of "
+             f"Lightning's own accelerator (median of {ratio['n']} rounds; single rounds "
+             f"{ratio['min']:.2f}-{ratio['max']:.2f})"]
+    calls = overhead.get("calls_per_step", {})
+    if calls.get("plugin") and calls.get("plugin") == calls.get("builtin"):
+        parts.append(f"with exactly the same number of Python calls per step ({calls['plugin']:,.0f})")
+    strategies = doc.get("strategies", {})
+    ddp = strategies.get("families", {}).get("ddp", {}).get("ratios", {}).get("plugin/lightning", {}).get("per_round")
+    if ddp:
+        procs = strategies.get("settings", {}).get("processes", 2)
+        parts.append(f"DDP with {procs} process{'es' if procs != 1 else ''}: {ddp['median']:.2f} x Lightning's DDP")
+    return "; ".join(parts) + "."
+
+
+def substitute(app: Sphinx, docname: str, source: list[str]) -> None:
+    """``{{repository}}`` and ``{{version}}`` in the documentation pages (code blocks included)."""
+    if docname.startswith("docs/"):
+        source[0] = (source[0].replace("{{repository}}", app.config.anyaccel_repository)
+                     .replace("{{version}}", app.config.release))
+
+
 # ------------------------------------------------------------------------------------------------
 
 
@@ -267,6 +487,11 @@ def check_links_in_notebooks(app: Sphinx, docname: str, source: list[str]) -> No
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.add_config_value("anyaccel_repository", "", "env")
+    app.add_directive("anyaccel-device-status", DeviceStatus)
+    app.add_directive("anyaccel-benchmark-summary", BenchmarkSummary)
+    app.connect("builder-inited", write_device_pages)
+    app.connect("source-read", substitute)
     app.add_directive("anyaccel-support-matrix", SupportMatrix)
     app.add_directive("anyaccel-device-details", DeviceDetails)
     app.add_directive("anyaccel-install-table", InstallTable)

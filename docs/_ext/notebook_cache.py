@@ -2,8 +2,8 @@
 
 The test suite runs every notebook once (``tests/test_lab.py``, in JupyterLab) and stores the
 executed copy under ``_build/executed-notebooks/`` with a hash of everything its outputs depend
-on: the notebook's cells, the helper files in ``notebooks/``, the launch scripts and the package
-source. The docs build (``conf.py``) uses a stored copy only while that hash still matches and
+on: the notebook's cells (which hold its model, helpers and scripts) and the package source. The
+docs build (``conf.py``) uses a stored copy only while that hash still matches and
 the copy ran every code cell without an error; otherwise nbsphinx executes the notebook itself.
 So ``make docs`` after ``make test`` reuses the test run's notebooks, and ``make docs`` alone (or
 after any edit) executes them. ``ANYACCEL_EXECUTE_NOTEBOOKS=always`` ignores the stored copies.
@@ -20,7 +20,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = ROOT / "_build" / "executed-notebooks"
 #: files besides the notebook itself whose change invalidates every stored notebook
-DEPENDENCIES = ["notebooks/tutorial.py", "notebooks/scripts", "scripts/launch", "src/lightning_anyaccel"]
+#: (the notebooks carry their helpers, model and scripts in their cells: those are hashed with the cells)
+DEPENDENCIES = ["src/lightning_anyaccel"]
 HASH_KEY = "anyaccel_source_hash"
 
 

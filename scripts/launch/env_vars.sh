@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Multi-node training with environment variables only: run this once on every node.
 #
-#   node 0:  MASTER_ADDR=<node 0 address> MASTER_PORT=29500 NODE_RANK=0 \
+#   node 0:  MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 NODE_RANK=0 \
 #              scripts/launch/env_vars.sh python train.py --devices 2 --num-nodes 2
 #   node 1:  ... the same with NODE_RANK=1
+#
+# (10.0.0.1 stands for node 0's address: use yours.)
 #
 # Each command starts `devices` processes on its node (AnyDDPStrategy's popen launcher).
 # Every node must use the same MASTER_ADDR/MASTER_PORT, devices and num_nodes.

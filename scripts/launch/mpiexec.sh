@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Multi-node training with mpiexec (Open MPI or MPICH/Intel MPI), run once from any node:
 #
-#   MASTER_ADDR=<first node> NNODES=2 PPN=2 scripts/launch/mpiexec.sh python train.py --devices 2 --num-nodes 2
+#   MASTER_ADDR=10.0.0.1 NNODES=2 PPN=2 scripts/launch/mpiexec.sh python train.py --devices 2 --num-nodes 2
 #
+# (10.0.0.1 stands for the first node's address: use yours.)
 # AnyDDPStrategy switches to AnyMPIEnvironment, which reads each launcher's rank variables
 # (no mpi4py needed). Host lists come from your scheduler or MPIEXEC_EXTRA_ARGS (e.g. "-H a:2,b:2").
 set -euo pipefail

@@ -28,6 +28,7 @@ from typing_extensions import override
 from lightning_anyaccel import _lightning, runtime
 from lightning_anyaccel.devices import DEVICE_TABLE, get_spec, present_device_types
 from lightning_anyaccel.precision import check_device_supports
+from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ _DEVICES_INPUT = int | str | list[int] | tuple[int, ...] | None
 _CLASSES: dict[tuple[type, str], type] = {}
 
 
-class DeviceCountError(MisconfigurationException):
+class DeviceCountError(LinkedError, MisconfigurationException):
     """``devices=`` asks for devices that are not there."""
 
 

@@ -31,6 +31,7 @@ from typing_extensions import override
 
 from lightning_anyaccel import runtime
 from lightning_anyaccel.devices import known_device_types
+from lightning_anyaccel.troubleshooting import LinkedError
 
 _PATH = Union[str, os.PathLike]  # what Lightning's checkpoint IO accepts as a path
 
@@ -153,11 +154,11 @@ _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
 
-class CheckpointSaveError(OSError):
+class CheckpointSaveError(LinkedError, OSError):
     """A checkpoint could not be written; the previous one at the same path is still there."""
 
 
-class CheckpointLoadError(RuntimeError):
+class CheckpointLoadError(LinkedError, RuntimeError):
     """A checkpoint cannot be loaded: truncated, corrupted, or written by another strategy or world size."""
 
 

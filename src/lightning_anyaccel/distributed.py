@@ -22,12 +22,13 @@ import torch.distributed as dist
 
 from lightning_anyaccel import runtime
 from lightning_anyaccel.devices import NOT_REAL_BACKENDS, derive_backend, get_spec
+from lightning_anyaccel.troubleshooting import LinkedError
 
 #: Backends that never carry real collectives.
 _NOT_REAL_BACKENDS = NOT_REAL_BACKENDS
 
 
-class BackendError(RuntimeError):
+class BackendError(LinkedError, RuntimeError):
     """No usable collective backend for the device."""
 
 
@@ -95,7 +96,7 @@ def _try_import(module: str) -> None:
         return
 
 
-class ForkAfterInitError(RuntimeError):
+class ForkAfterInitError(LinkedError, RuntimeError):
     """Forking now would give the children a device they cannot use."""
 
 

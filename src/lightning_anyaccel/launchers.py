@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from lightning_anyaccel.troubleshooting import LinkedError
+
 
 @dataclass(frozen=True)
 class LauncherVariables:
@@ -92,7 +94,7 @@ LAUNCHERS: tuple[LauncherVariables, ...] = (
 )
 
 
-class LaunchLayoutError(ValueError):
+class LaunchLayoutError(LinkedError, ValueError):
     """The launcher's variables (or the Trainer's settings) do not describe a consistent job."""
 
 

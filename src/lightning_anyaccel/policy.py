@@ -36,6 +36,7 @@ from typing import Any
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.devices import get_spec
 from lightning_anyaccel.precision import align_precision_plugin
+from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +72,11 @@ CLASS_EQUIVALENTS: dict[str, str] = {
 }
 
 
-class StrategyNotSupportedError(ValueError):
+class StrategyNotSupportedError(LinkedError, ValueError):
     """A Lightning strategy that can not train on the accelerator's device type."""
 
 
-class FrontEndMismatchError(TypeError):
+class FrontEndMismatchError(LinkedError, TypeError):
     """An object of the package built for ``lightning`` given to ``pytorch_lightning`` (or the reverse)."""
 
 

@@ -19,9 +19,10 @@ from typing import Any
 import torch
 
 from lightning_anyaccel.devices import PRECISION_DTYPES, get_spec
+from lightning_anyaccel.troubleshooting import LinkedError
 
 
-class PrecisionNotSupportedError(ValueError):
+class PrecisionNotSupportedError(LinkedError, ValueError):
     """The requested precision cannot run on the chosen device."""
 
 

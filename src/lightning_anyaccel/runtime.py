@@ -27,9 +27,10 @@ import torch
 
 from lightning_anyaccel import _compat
 from lightning_anyaccel.devices import DEVICE_TABLE, get_spec, known_device_types
+from lightning_anyaccel.troubleshooting import LinkedError
 
 
-class DeviceNotAvailableError(RuntimeError):
+class DeviceNotAvailableError(LinkedError, RuntimeError):
     """The requested device type is not usable in this process."""
 
 

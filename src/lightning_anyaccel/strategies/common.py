@@ -54,6 +54,7 @@ from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
 from lightning_anyaccel.environments import AnyMPIEnvironment
 from lightning_anyaccel.optimizer_params import named_parameters, replaced_parameters, repoint_optimizer
 from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
+from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ START_METHODS: dict[str, str] = {
 }
 
 
-class NotebookLaunchError(MisconfigurationException, RuntimeError):
+class NotebookLaunchError(LinkedError, MisconfigurationException, RuntimeError):
     """A start method that can not work from a notebook / interactive session (or this platform)."""
 
 

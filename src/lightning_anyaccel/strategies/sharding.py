@@ -25,9 +25,10 @@ from lightning_anyaccel import _lightning, rendezvous
 from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, get_spec
 from lightning_anyaccel.precision import align_precision_plugin
 from lightning_anyaccel.strategies.common import AnyDistributedMixin
+from lightning_anyaccel.troubleshooting import LinkedError
 
 
-class ShardingNotSupportedError(ValueError):
+class ShardingNotSupportedError(LinkedError, ValueError):
     """The sharded strategy cannot run with this device or these options."""
 
 
@@ -273,7 +274,7 @@ DEEPSPEED_NAMES: dict[str, dict[str, Any]] = {
 _DS_ACCELERATOR_SET: set[str] = set()
 
 
-class DeepSpeedNotInstalledError(ImportError):
+class DeepSpeedNotInstalledError(LinkedError, ImportError):
     """The ``deepspeed`` package is not installed."""
 
 
