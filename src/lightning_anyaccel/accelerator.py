@@ -40,7 +40,7 @@ class DeviceCountError(LinkedError, MisconfigurationException):
     """``devices=`` asks for devices that are not there."""
 
 
-class DeviceTypeError(MisconfigurationException, ValueError):
+class DeviceTypeError(LinkedError, MisconfigurationException, ValueError):
     """A device of another type than the accelerator's.
 
     Both Lightning's ``MisconfigurationException`` and the ``ValueError`` Lightning's own

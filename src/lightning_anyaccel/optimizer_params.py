@@ -33,11 +33,13 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from lightning_anyaccel.troubleshooting import LinkedError
+
 #: The optimizer state entries that stay where the optimizer keeps them (``step`` counters live on CPU).
 _STATE_KEPT_IN_PLACE = frozenset({"step"})
 
 
-class StaleParametersError(RuntimeError):
+class StaleParametersError(LinkedError, RuntimeError):
     """An optimizer holds parameters the model no longer trains (they were replaced when it moved)."""
 
 
