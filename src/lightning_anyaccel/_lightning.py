@@ -282,6 +282,7 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
     PrivateAttribute("lightning.fabric.strategies.Strategy", "_checkpoint_io", "AnyStrategyMixin.checkpoint_io"),
     PrivateAttribute("lightning.pytorch.strategies.Strategy", "_launcher", "AnyDistributedMixin._configure_launcher"),
     PrivateAttribute("lightning.fabric.strategies.Strategy", "_launcher", "AnyDistributedMixin._configure_launcher"),
+    PrivateAttribute("lightning.pytorch.strategies.ParallelStrategy", "_layer_sync", "AnyDistributedMixin._layer_sync"),
     PrivateAttribute("lightning.pytorch.strategies.SingleDeviceStrategy", "_root_device", "LazyDeviceMixin"),
     PrivateAttribute("lightning.fabric.strategies.SingleDeviceStrategy", "_root_device", "LazyDeviceMixin"),
     PrivateAttribute(_TRAINER_DDP, "_configure_launcher", "AnyDistributedMixin._configure_launcher"),

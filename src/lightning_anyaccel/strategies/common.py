@@ -51,6 +51,7 @@ from lightning_anyaccel.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
 from lightning_anyaccel.environments import AnyMPIEnvironment
 from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
+from lightning_anyaccel.sync_batchnorm import DeviceLayerSync
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +257,24 @@ class AnyDistributedMixin(AnyStrategyMixin):
         """``timeout=None`` means :func:`~lightning_anyaccel.rendezvous.default_timeout` (10 min, or
         ``$LIGHTNING_ANYACCEL_TIMEOUT`` seconds)."""
         super().__init__(*args, timeout=timeout or rendezvous.default_timeout(), **kwargs)
+
+    @property
+    def _layer_sync(self) -> Any:
+        """Lightning's layer-sync plugin (``sync_batchnorm=True``), made to run on the device.
+
+        The Trainer sets Lightning's ``TorchSyncBatchNorm`` here; it is wrapped in
+        :class:`~lightning_anyaccel.sync_batchnorm.DeviceLayerSync`, which converts to torch's
+        ``SyncBatchNorm`` only where the device has its kernels (CUDA; not CPU or most other
+        devices) and to the package's all-reduce ``DeviceSyncBatchNorm`` elsewhere. Any other
+        plugin is kept as given.
+        """
+        return self.__dict__.get("_any_layer_sync")
+
+    @_layer_sync.setter
+    def _layer_sync(self, plugin: Any) -> None:
+        if type(plugin).__name__ == "TorchSyncBatchNorm":
+            plugin = DeviceLayerSync(plugin, lambda: self.root_device)
+        self.__dict__["_any_layer_sync"] = plugin
 
     @property
     def timeout(self) -> timedelta:
