@@ -27,6 +27,7 @@ check_torch()
 
 from lightning_anyaccel.accelerator import AnyAccelerator, DeviceCountError, accelerator_class  # noqa: E402
 from lightning_anyaccel.checkpoint import portable_map_location  # noqa: E402
+from lightning_anyaccel.compilation import CompileNotSupportedError, compile  # noqa: E402
 from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, get_spec, register_device  # noqa: E402
 from lightning_anyaccel.distributed import BackendError, ForkAfterInitError, resolve_backend  # noqa: E402
 from lightning_anyaccel.policy import FrontEndMismatchError, StrategyNotSupportedError  # noqa: E402
@@ -65,6 +66,7 @@ __all__ = [
     "AnyModelParallelStrategy",
     "AnySingleDeviceStrategy",
     "BackendError",
+    "CompileNotSupportedError",
     "DeepSpeedNotInstalledError",
     "DeviceCountError",
     "DeviceNotAvailableError",
@@ -76,6 +78,7 @@ __all__ = [
     "StrategyNotSupportedError",
     "__version__",
     "accelerator_class",
+    "compile",
     "detect_device_type",
     "get_spec",
     "portable_map_location",

@@ -48,6 +48,7 @@ from typing_extensions import override
 
 from lightning_anyaccel import _lightning, rendezvous, supervision
 from lightning_anyaccel.checkpoint import AtomicCheckpointIO
+from lightning_anyaccel.compilation import check_compiled
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
 from lightning_anyaccel.environments import AnyMPIEnvironment
 from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
@@ -117,6 +118,18 @@ class AnyStrategyMixin:
     def _finish_setup(self) -> None:
         """Step 3: what needs the device (its own precision check)."""
         self._check_device_precision()
+
+    def setup(self, trainer: Any) -> None:
+        """The Trainer's model setup, after refusing compiled parts the device cannot compile (Trainer only).
+
+        Runs after ``configure_model``, so a ``torch.compile`` there is checked too
+        (:func:`lightning_anyaccel.compilation.check_compiled`; nothing is probed where Inductor
+        compiles for the device).
+        """
+        module = getattr(self, "lightning_module", None)
+        if module is not None:
+            check_compiled(module, self.root_device)
+        super().setup(trainer)  # type: ignore[misc]
 
     # ----- the steps' parts -----------------------------------------------------------------------
 
