@@ -267,6 +267,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("lightning.fabric.connector", "_Connector", "install_connector_hooks"),
     PrivateName("lightning.pytorch.trainer.setup", "_log_device_info", "install_device_info_hook", ("trainer",)),
     # torch (the same module in both front ends): Inductor's registry of device code generators
+    PrivateName("torch.nn.modules.batchnorm", "_BatchNorm", "sync_batchnorm.DeviceSyncBatchNorm (base class)"),
     PrivateName("torch._inductor.codegen.common", "init_backend_registration", "compilation.inductor_supports", ()),
     PrivateName("torch._inductor.codegen.common", "get_scheduling_for_device", "compilation.inductor_supports",
                 ("device",)),

@@ -33,6 +33,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_anyaccel import _lightning
+
 log = logging.getLogger(__name__)
 
 _PROBED: dict[str, bool] = {}
@@ -88,16 +90,25 @@ def all_reduce_sum(tensor: Tensor, group: Any) -> Tensor:
     return _AllReduceSum.apply(tensor, group)
 
 
-class DeviceSyncBatchNorm(torch.nn.SyncBatchNorm):
+#: torch's base class of every BatchNorm (``BatchNorm1d/2d/3d``, ``SyncBatchNorm``): parameters, buffers, reset.
+_BatchNormBase = _lightning.private("torch.nn.modules.batchnorm", "_BatchNorm")
+
+
+class DeviceSyncBatchNorm(_BatchNormBase):  # type: ignore[misc,valid-type]
     """``torch.nn.SyncBatchNorm`` built from tensor operations and ``all_reduce``: runs on every device.
 
     Same arguments, buffers and results as torch's ``SyncBatchNorm`` (mean and biased variance of
     the global batch for normalizing, unbiased variance for the running statistics), in float32
     whatever the input's dtype. Two ``all_reduce`` calls per layer and step (sum and count, then
     the sum of squared deviations), each differentiable. Outside training, or with one process,
-    it is plain BatchNorm. Being a ``SyncBatchNorm``, Lightning's ``TorchSyncBatchNorm.revert``
-    turns it back into BatchNorm.
+    it is plain BatchNorm. Not a ``torch.nn.SyncBatchNorm`` subclass: torch's DDP refuses those on
+    CPU ("SyncBatchNorm layers only work with GPU modules").
     """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, process_group: Any = None, **kwargs: Any) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, **kwargs)
+        self.process_group = process_group
 
     @override
     def forward(self, input: Tensor) -> Tensor:
@@ -141,18 +152,17 @@ class DeviceSyncBatchNorm(torch.nn.SyncBatchNorm):
         return out.to(input.dtype)
 
 
-#: The BatchNorm layers :func:`convert_sync_batchnorm` replaces (torch's ``SyncBatchNorm`` too).
-_BATCHNORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm)
+def convert_sync_batchnorm(module: torch.nn.Module, process_group: Any = None,
+                           to: type[torch.nn.Module] | None = None) -> torch.nn.Module:
+    """Replace every BatchNorm in ``module`` by :class:`DeviceSyncBatchNorm` (like torch's ``convert_sync_batchnorm``).
 
-
-def convert_sync_batchnorm(module: torch.nn.Module, process_group: Any = None) -> torch.nn.Module:
-    """Replace every ``BatchNorm*d`` in ``module`` by :class:`DeviceSyncBatchNorm` (like torch's ``convert_sync_batchnorm``).
-
-    Parameters and buffers are shared with the replaced layers, not copied.
+    Parameters and buffers are shared with the replaced layers, not copied. ``to``: the class to
+    convert to instead (``torch.nn.SyncBatchNorm`` turns the package's layers back into torch's).
     """
+    target = to or DeviceSyncBatchNorm
     converted = module
-    if isinstance(module, _BATCHNORMS) and not isinstance(module, DeviceSyncBatchNorm):
-        converted = DeviceSyncBatchNorm(
+    if isinstance(module, _BatchNormBase) and type(module) is not target:
+        converted = target(
             module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats,
             process_group, bias=module.bias is not None,
         )
@@ -164,7 +174,7 @@ def convert_sync_batchnorm(module: torch.nn.Module, process_group: Any = None) -
         converted.num_batches_tracked = module.num_batches_tracked
         converted.training = module.training
     for name, child in module.named_children():
-        converted.add_module(name, convert_sync_batchnorm(child, process_group))
+        converted.add_module(name, convert_sync_batchnorm(child, process_group, to))
     return converted
 
 
@@ -196,7 +206,9 @@ class DeviceLayerSync:
         return convert_sync_batchnorm(model)
 
     def revert(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Turn synchronized BatchNorm layers back into BatchNorm (Lightning's ``revert``)."""
+        """Turn synchronized BatchNorm layers back into BatchNorm (through torch's ``SyncBatchNorm``, which Lightning reverts)."""
+        if any(isinstance(m, DeviceSyncBatchNorm) for m in model.modules()):
+            model = convert_sync_batchnorm(model, to=torch.nn.SyncBatchNorm)
         return self.lightning_plugin.revert(model)
 
 
