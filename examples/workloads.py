@@ -121,19 +121,22 @@ class Steps(L.LightningModule):
     sharded_grads = False
 
     def grad_stats(self) -> tuple[float, float]:
-        """(total norm, largest absolute value) of all gradients, over every rank's shard when sharded."""
+        """(total norm, largest absolute value) of all gradients, over every rank's shard when sharded.
+
+        FSDP2's gradients are DTensors, which reduce over the mesh themselves; FSDP's are local
+        shards of plain tensors, reduced here (:attr:`sharded_grads`).
+        """
         import torch.distributed as dist
 
-        squares = torch.zeros((), device=self.device)
-        largest = torch.zeros((), device=self.device)
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-            g = g.detach().float()
-            if g.numel():
-                squares += (g * g).sum()
-                largest = torch.maximum(largest, g.abs().max())
+        grads = [p.grad.detach() for p in self.parameters() if p.grad is not None]
+        if not grads:
+            return 0.0, 0.0
+        if hasattr(grads[0], "full_tensor"):  # DTensor
+            norm = torch.nn.utils.get_total_norm(grads).full_tensor()
+            largest = torch.nn.utils.get_total_norm(grads, norm_type=float("inf")).full_tensor()
+            return float(norm), float(largest)
+        squares = sum((g.float() * g.float()).sum() for g in grads if g.numel())
+        largest = torch.stack([g.float().abs().max() for g in grads if g.numel()]).max()
         if self.sharded_grads and dist.is_initialized():
             dist.all_reduce(squares)
             dist.all_reduce(largest, op=dist.ReduceOp.MAX)
@@ -219,9 +222,10 @@ class GPT2Module(Steps):
 class CNN(Steps):
     """Two convolutions with BatchNorm and a linear classifier (4 classes, 12x12 images)."""
 
-    def __init__(self, lr: float = 3e-3) -> None:
+    def __init__(self, lr: float = 1e-2) -> None:
         super().__init__()
         self.save_hyperparameters()
+        self.norm_layers: list[str] = []
         torch.manual_seed(0)
         self.net = torch.nn.Sequential(
             torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
@@ -234,6 +238,8 @@ class CNN(Steps):
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
+        if not self.norm_layers:  # what sync_batchnorm=True made of the BatchNorm layers, while training
+            self.norm_layers = [type(m).__name__ for m in self.modules() if "BatchNorm" in type(m).__name__]
         loss = torch.nn.functional.cross_entropy(self(x), y)
         self._record(loss, x)
         return loss
@@ -325,10 +331,16 @@ def gpt2_fsdp2(device: str, out: Path) -> dict[str, Any]:
 
 
 def gpt2_deepspeed(device: str, out: Path) -> dict[str, Any]:
+    import importlib.util
+
+    from lightning_anyaccel import get_spec
     from lightning_anyaccel.strategies.sharding import deepspeed_device_types
 
-    if device not in deepspeed_device_types():
-        return {"skipped": f"DeepSpeed does not run on {device!r}"}
+    vendor = get_spec(device).vendor_module
+    if importlib.util.find_spec("deepspeed") is None:
+        return {"skipped": "DeepSpeed is not installed"}
+    if device not in deepspeed_device_types() or (vendor and importlib.util.find_spec(vendor.split(".")[0]) is None):
+        return {"skipped": f"DeepSpeed does not run on {device!r} here (the package refuses it up front)"}
     module = GPT2Module(total_steps=10)
     fit = trainer(device, 2, strategy="any_deepspeed_stage_2", max_steps=10, gradient_clip_val=1.0)
     fit.fit(module, text_loader())
@@ -339,11 +351,10 @@ def cnn_syncbn(device: str, out: Path) -> dict[str, Any]:
     module = CNN()
     module.net = lightning_anyaccel.compile(module.net, device_type=device, backend="aot_eager")
     loader = DataLoader(image_data(), batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0))
-    fit = trainer(device, 2, strategy="any_ddp", max_steps=12, sync_batchnorm=True)
+    fit = trainer(device, 2, strategy="any_ddp", max_steps=16, sync_batchnorm=True)
     fit.fit(module, loader)
-    layers = [type(m).__name__ for m in fit.strategy.model.modules() if "BatchNorm" in type(m).__name__]
     norm = next(m for m in fit.lightning_module.modules() if "BatchNorm" in type(m).__name__)
-    return summary(module, fit, weights=digest(fit.lightning_module), batchnorm_layers=layers,
+    return summary(module, fit, weights=digest(fit.lightning_module), batchnorm_layers=module.norm_layers,
                    running_var_moved=float((norm.running_var - 1).abs().max()))
 
 
@@ -356,8 +367,9 @@ def syncbn_numerics(device: str, out: Path) -> dict[str, Any]:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1)
     x = torch.randn(8, 3, 6, 6) * 3 + 1
-    reference = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).double()
-    synced = convert_sync_batchnorm(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)))
+    # no convolution bias: BatchNorm cancels it, so its gradient is zero up to rounding
+    reference = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, bias=False), torch.nn.BatchNorm2d(4)).double()
+    synced = convert_sync_batchnorm(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, bias=False), torch.nn.BatchNorm2d(4)))
     synced.load_state_dict(reference.state_dict())
     synced = synced.double().to(device)
     full = x.double().requires_grad_()
