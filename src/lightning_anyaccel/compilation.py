@@ -123,9 +123,10 @@ def check_compiled(module: torch.nn.Module, device: torch.device) -> None:
     Raises:
         CompileNotSupportedError: naming the compiled part and the backends that work.
     """
-    if inductor_supports(device.type):
+    parts = list(compiled_parts(module))
+    if not parts or inductor_supports(device.type):  # Inductor is imported only for a compiled model
         return
-    for name, dynamo_ctx in compiled_parts(module):
+    for name, dynamo_ctx in parts:
         try:
             dynamo_ctx(_probe)(torch.ones(2, device=device))
         except Exception as error:  # Inductor raises many types (InductorError, LoweringException, KeyError)
