@@ -120,7 +120,7 @@ LAUNCH_SCRIPTS = ["env_vars.sh", "torchrun.sh", "slurm.sbatch", "mpiexec.sh", "a
 
 
 def test_notebook_assets_exist():
-    assert len(NOTEBOOKS) == 4, NOTEBOOKS
+    assert len(NOTEBOOKS) == 5, NOTEBOOKS
     assert (ROOT / "notebooks" / "scripts" / "train_digits.py").is_file()
     for name in LAUNCH_SCRIPTS:
         assert (ROOT / "scripts" / "launch" / name).is_file(), name
