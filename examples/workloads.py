@@ -195,8 +195,8 @@ class GPT2Module(Steps):
             from torch.distributed.fsdp import fully_shard
 
             for block in self.model.transformer.h:
-                fully_shard(block, mesh=self.device_mesh)
-            fully_shard(self.model, mesh=self.device_mesh)
+                fully_shard(block, mesh=self.device_mesh["data_parallel"])
+            fully_shard(self.model, mesh=self.device_mesh["data_parallel"])
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids=ids, labels=ids).loss
@@ -327,7 +327,9 @@ def gpt2_fsdp2(device: str, out: Path) -> dict[str, Any]:
     fit = trainer(device, 2, strategy="any_fsdp2", precision="bf16-mixed", max_steps=10, gradient_clip_val=1.0)
     fit.fit(module, text_loader())
     sharded = sum(type(p).__name__ == "DTensor" for p in module.parameters())
-    return summary(module, fit, dtensor_params=sharded)
+    local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in module.parameters())
+    total = sum(p.numel() for p in module.parameters())
+    return summary(module, fit, dtensor_params=sharded, local_fraction=local / total)
 
 
 def gpt2_deepspeed(device: str, out: Path) -> dict[str, Any]:
