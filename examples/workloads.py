@@ -142,14 +142,13 @@ class Steps(L.LightningModule):
             dist.all_reduce(largest, op=dist.ReduceOp.MAX)
         return float(squares.sqrt()), float(largest)
 
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Gradient statistics before clipping (Lightning clips after this hook)."""
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Lightning's default (``self.clip_gradients``), with the gradient statistics before and after it."""
         self.grad_norms.append(self.grad_stats()[0])
-
-    def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
-        """Gradient statistics after clipping and the step."""
-        if self.grad_norms and len(self.clipped) < len(self.grad_norms):
-            self.clipped.append(self.grad_stats())
+        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
+                            gradient_clip_algorithm=gradient_clip_algorithm)
+        self.clipped.append(self.grad_stats())
 
 
 class Checkpointed(torch.nn.Module):
