@@ -45,10 +45,7 @@ def inductor_supports(device_type: str) -> bool:
     """Whether Inductor (``torch.compile``'s default backend) has a code generator for ``device_type``.
 
     Asked from Inductor's own registry of device code generators (vendors register theirs when
-    their torch package is imported).
-
-    >>> inductor_supports("cpu")
-    True
+    their torch package is imported). Imports Inductor (seconds) on the first call.
     """
     _lightning.private("torch._inductor.codegen.common", "init_backend_registration")()
     return _lightning.private("torch._inductor.codegen.common", "get_scheduling_for_device")(device_type) is not None
