@@ -88,7 +88,7 @@ LOCK_ARGS ?=
 UV_COMPILE = $(PYTHON) -m uv pip compile -q --generate-hashes --universal --python-version 3.10 \
 	--overrides requirements/no-torch.txt --custom-compile-command "make lock" $(LOCK_ARGS)
 lock: install
-	$(UV_COMPILE) pyproject.toml requirements/dev.in --extra test --extra docs --extra bench --extra deepspeed -o $(LOCK)
+	$(UV_COMPILE) pyproject.toml requirements/dev.in --extra test --extra docs --extra bench --extra deepspeed --extra workloads -o $(LOCK)
 	$(UV_COMPILE) requirements/compat-oldest.in -o requirements/compat-oldest.lock
 	$(PYTHON) requirements/drop_unreachable.py $(LOCK) requirements/compat-oldest.lock
 

@@ -166,13 +166,14 @@ GROUPS = {
     "tests/test_lab.py": "site",
     "tests/test_site.py": "site",
     "tests/test_sharding_cpu.py": "sharding",
+    "tests/test_workloads.py": "workloads",
     "tests/test_fabric.py": "fabric-popen",
     "tests/test_release.py": "release",
     "tests/test_journeys.py::test_fsdp_by_name_under_slurm": "slurm",
     "tests/test_scaleout_launch.py::test_slurm_sbatch_and_srun": "slurm",
 }
 #: The longest groups first (minutes each), so that both workers are busy until the end.
-LONGEST_FIRST = ["site", "sharding"]
+LONGEST_FIRST = ["site", "sharding", "workloads"]
 
 
 def group_of(nodeid: str) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 from benchmarks.common import ROOT, SCHEMA, load_average, metadata, write_json
 
-SECTIONS: tuple[str, ...] = ("overhead", "strategies", "collective", "first_step", "device_calls")
+SECTIONS: tuple[str, ...] = ("overhead", "transformer", "strategies", "collective", "first_step", "device_calls")
 #: ``--device emulated:NAME``: the emulated PrivateUse1 device of the tests (``tests/emulator``), loaded
 #: in every process of the run by this folder on ``PYTHONPATH`` and ``$LIGHTNING_ANYACCEL_EMULATE``.
 EMULATOR_AUTOLOAD = ROOT / "tests" / "emulator" / "autoload"
@@ -38,6 +38,10 @@ class Settings:
     overhead_reps: int = 20
     overhead_warmup: int = 10
     overhead_measure: int = 150
+    transformer_reps: int = 6
+    transformer_warmup: int = 5
+    transformer_measure: int = 30
+    transformer_size: str = "auto"  # benchmarks.transformer.SIZES: gpt2-small on accelerators, cpu-small on CPU
     strategy_rounds: int = 6  # the fewest rounds that give the median a 95 % interval (report.median_ci)
     strategy_warmup: int = 5
     strategy_measure: int = 50
@@ -53,11 +57,13 @@ class Settings:
     first_step_methods: tuple[str, ...] = ("popen", "spawn", "fork")
 
 
-QUICK = Settings(mode="quick", overhead_reps=6, overhead_measure=60, strategy_rounds=2, strategy_measure=20,
+QUICK = Settings(mode="quick", overhead_reps=6, overhead_measure=60, transformer_reps=2, transformer_measure=10,
+                 strategy_rounds=2, strategy_measure=20,
                  strategy_scale=0.5, knob_rounds=1, knob_measure=5, knob_scale=0.5,
                  collective_sizes=(4096, 262144, 4194304), collective_trials=2, first_step_reps=1)
 #: For the smoke test: every code path, tiny sizes, seconds not minutes.
-TINY = Settings(mode="tiny", overhead_reps=1, overhead_warmup=2, overhead_measure=3, strategy_rounds=1,
+TINY = Settings(mode="tiny", overhead_reps=1, overhead_warmup=2, overhead_measure=3, transformer_reps=1,
+                transformer_warmup=1, transformer_measure=2, transformer_size="tiny", strategy_rounds=1,
                 strategy_warmup=1, strategy_measure=3, strategy_scale=0.05, knob_rounds=1, knob_measure=2,
                 knob_scale=0.05, knobs=("static_graph",), collective_sizes=(4096, 65536), collective_trials=1,
                 first_step_reps=1, first_step_scale=0.1, first_step_methods=("fork",))
@@ -67,7 +73,7 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
     """Run the chosen benchmark sections and return the results document (not yet written)."""
     import torch
 
-    from benchmarks import collective, device_calls, first_step, overhead, strategies
+    from benchmarks import collective, device_calls, first_step, overhead, strategies, transformer
     from benchmarks.models import OVERHEAD, scaled
     from lightning_anyaccel import runtime
 
@@ -83,6 +89,9 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
         "overhead": lambda: overhead.run(
             device_type, reps=settings.overhead_reps, warmup=settings.overhead_warmup,
             measure=settings.overhead_measure, workload=scaled(OVERHEAD, 0.1) if tiny else OVERHEAD),
+        "transformer": lambda: transformer.run(
+            device_type, reps=settings.transformer_reps, warmup=settings.transformer_warmup,
+            measure=settings.transformer_measure, size=settings.transformer_size),
         "strategies": lambda: strategies.run(
             device_type, count, rounds=settings.strategy_rounds, warmup=settings.strategy_warmup,
             measure=settings.strategy_measure, scale=settings.strategy_scale,

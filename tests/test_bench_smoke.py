@@ -54,6 +54,11 @@ def test_benchmarks_run_tiny(tmp_path: Path) -> None:
         assert ov["classes"]["plugin"].startswith("AnyAccelerator")
         assert "plugin/builtin" in ov["ratios"] and isinstance(ov["goal_met"], bool)
 
+    tr = doc["transformer"]  # GPT-2: skipped, saying why, without transformers
+    assert "skipped" in tr or ({"plugin", "plain"} <= set(tr["tokens_per_s"]) and "plugin/plain" in tr["ratios"])
+    if "skipped" not in tr and meta["device"]["lightning_builtin"]:
+        assert "plugin/builtin" in tr["ratios"] and isinstance(tr["goal_met"], bool)
+
     st = doc["strategies"]
     if "skipped" not in st:
         assert set(st["families"]) == {"ddp", "fsdp", "fsdp2", "deepspeed"}
@@ -105,7 +110,8 @@ def test_benchmarks_run_tiny(tmp_path: Path) -> None:
     written = report.render(results, page=page, images=tmp_path / "img")
     text = page.read_text()
     assert written[0] == page
-    for needle in (meta["date"], meta["versions"]["torch"], meta["machine"]["cpu_model"], "## 1. Plugin overhead", "## 2. Strategies side by side"):
+    for needle in (meta["date"], meta["versions"]["torch"], meta["machine"]["cpu_model"], "## 1. Plugin overhead", "## 1b. A transformer",
+                   "## 2. Strategies side by side"):
         assert needle in text
     assert json.loads(results.read_text())["schema"] == SCHEMA
 

@@ -87,3 +87,29 @@ def test_a_stopped_worker_ends_with_its_launcher(tmp_path: Path, how: str) -> No
             os.kill(worker, signal.SIGKILL)
     if how == "exit":
         assert "killed process" in launcher.stderr and "(it was stopped)" in launcher.stderr
+
+
+FINISHING = textwrap.dedent("""
+    import os, subprocess, sys
+    from lightning_anyaccel import supervision
+    supervision.prepare_launch()
+    subprocess.Popen([sys.executable, "-c", '''
+    import sys, time
+    from lightning_anyaccel import supervision
+    assert supervision.supervise_worker(rank=1)
+    time.sleep(6)  # a slow rank still finishing after rank 0 is done (longer than EXIT_GRACE_S)
+    open(sys.argv[1], "w").write("done")
+    ''', sys.argv[1]], env={**os.environ, "LOCAL_RANK": "1"})
+""")
+
+
+def test_a_slower_worker_finishes_after_a_successful_launcher_silently(tmp_path: Path) -> None:
+    """After a successful run the launcher waits for its workers and prints nothing that reads like a failure."""
+    done = tmp_path / "done"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(supervision.__file__).parents[1]),
+                                                          os.environ.get("PYTHONPATH", "")])}
+    launcher = subprocess.run([sys.executable, "-c", FINISHING, str(done)], env=env, timeout=120,
+                              capture_output=True, text=True)
+    assert launcher.returncode == 0, launcher.stderr[-2000:]
+    assert done.read_text() == "done"
+    assert "killed" not in launcher.stderr, launcher.stderr

@@ -122,3 +122,15 @@ def test_deepspeed_refuses_a_device_without_its_vendor_package(monkeypatch) -> N
     monkeypatch.setattr(sharding.AnyDistributedMixin, "_check_setup", lambda self: None)
     with pytest.raises(ShardingNotSupportedError, match="needs `not_an_installed_vendor.torch`, which is not installed"):
         strategy._check_setup()
+
+
+def test_fsdp_norm_clipping_without_an_fsdp_root_names_the_fix():
+    """Clipping by norm needs the root FSDP module (the strategy sets it); without one, the error says what to do."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    from lightning_anyaccel import AnyFSDPPrecision
+
+    plugin = AnyFSDPPrecision("32-true", device="cpu")
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+    with pytest.raises(MisconfigurationException, match="auto_wrap_policy"):
+        plugin.clip_grad_by_norm(optimizer, 1.0)

@@ -42,7 +42,7 @@ HTML = ROOT / "_build" / "html"
 from _browser import CHROMIUM, launched_chromium  # noqa: E402
 BUILD_TIMEOUT_S = 540
 SOURCES = ["conf.py", "docs", "notebooks", "src", "CHANGELOG.md", "benchmarks/results", "scripts/launch", "pyproject.toml"]
-NOTEBOOK_PAGES = ["01_verify_environment", "02_single_card", "03_multi_card", "04_multi_node"]
+NOTEBOOK_PAGES = ["01_verify_environment", "02_single_card", "03_multi_card", "04_multi_node", "05_finetune_transformer"]
 #: notebooks whose last figure must be on the page (every notebook ends in a picture)
 NOTEBOOKS_WITH_PLOTS = NOTEBOOK_PAGES
 #: the fresh-directory nbmake run of all the downloaded notebooks (about 4 min on 2 idle cores)

@@ -32,6 +32,7 @@ from lightning_anyaccel.accelerator import (  # noqa: E402
     accelerator_class,
 )
 from lightning_anyaccel.checkpoint import portable_map_location  # noqa: E402
+from lightning_anyaccel.compilation import CompileNotSupportedError, compile  # noqa: E402
 from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, get_spec, register_device  # noqa: E402
 from lightning_anyaccel.distributed import BackendError, ForkAfterInitError, resolve_backend  # noqa: E402
 from lightning_anyaccel.policy import FrontEndMismatchError, StrategyNotSupportedError  # noqa: E402
@@ -70,6 +71,7 @@ __all__ = [
     "AnyModelParallelStrategy",
     "AnySingleDeviceStrategy",
     "BackendError",
+    "CompileNotSupportedError",
     "DeepSpeedNotInstalledError",
     "DeviceCountError",
     "DeviceNotAvailableError",
@@ -82,6 +84,7 @@ __all__ = [
     "StrategyNotSupportedError",
     "__version__",
     "accelerator_class",
+    "compile",
     "detect_device_type",
     "get_spec",
     "portable_map_location",

@@ -266,6 +266,11 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "install_connector_hooks"),
     PrivateName("lightning.fabric.connector", "_Connector", "install_connector_hooks"),
     PrivateName("lightning.pytorch.trainer.setup", "_log_device_info", "install_device_info_hook", ("trainer",)),
+    # torch (the same module in both front ends): Inductor's registry of device code generators
+    PrivateName("torch.nn.modules.batchnorm", "_BatchNorm", "sync_batchnorm.DeviceSyncBatchNorm (base class)"),
+    PrivateName("torch._inductor.codegen.common", "init_backend_registration", "compilation.inductor_supports", ()),
+    PrivateName("torch._inductor.codegen.common", "get_scheduling_for_device", "compilation.inductor_supports",
+                ("device",)),
 )
 
 _TRAINER_DDP = "lightning.pytorch.strategies.DDPStrategy"
@@ -282,6 +287,8 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
     PrivateAttribute("lightning.fabric.strategies.Strategy", "_checkpoint_io", "AnyStrategyMixin.checkpoint_io"),
     PrivateAttribute("lightning.pytorch.strategies.Strategy", "_launcher", "AnyDistributedMixin._configure_launcher"),
     PrivateAttribute("lightning.fabric.strategies.Strategy", "_launcher", "AnyDistributedMixin._configure_launcher"),
+    PrivateAttribute("lightning.pytorch.core.module.LightningModule", "_compiler_ctx", "compilation.compiled_parts"),
+    PrivateAttribute("lightning.pytorch.strategies.ParallelStrategy", "_layer_sync", "AnyDistributedMixin._layer_sync"),
     PrivateAttribute("lightning.pytorch.strategies.SingleDeviceStrategy", "_root_device", "LazyDeviceMixin"),
     PrivateAttribute("lightning.fabric.strategies.SingleDeviceStrategy", "_root_device", "LazyDeviceMixin"),
     PrivateAttribute(_TRAINER_DDP, "_configure_launcher", "AnyDistributedMixin._configure_launcher"),

@@ -19,8 +19,11 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.plugins.precision.fsdp import FSDPPrecision as FabricFSDPPrecision
 from lightning.pytorch.plugins.precision import FSDPPrecision
+from torch.nn import Module
+from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_anyaccel.devices import PRECISION_DTYPES
@@ -80,8 +83,35 @@ class DeviceFSDPPrecisionMixin:
 class AnyFSDPPrecision(DeviceFSDPPrecisionMixin, FSDPPrecision):
     """The Trainer's ``FSDPPrecision`` with autocast and the sharded grad scaler on ``device``.
 
+    Also clips gradients by norm (``Trainer(gradient_clip_val=...)``), which Lightning's plugin
+    refuses because it has no reference to the root FSDP module: the strategy sets
+    :attr:`fsdp_module` once it has wrapped the model, and the norm is computed by
+    ``FullyShardedDataParallel.clip_grad_norm_`` over all shards (``torch.nn.utils.clip_grad_norm_``
+    would only see this rank's shard).
+
     Arguments: see :class:`DeviceFSDPPrecisionMixin`.
     """
+
+    #: The root ``FullyShardedDataParallel`` module; set by :class:`~lightning_anyaccel.strategies.fsdp.AnyFSDPStrategy`.
+    fsdp_module: Module | None = None
+
+    @override
+    def clip_grad_by_norm(self, optimizer: Optimizer, clip_val: int | float) -> None:
+        """Clip the gradients of every shard to a total norm of ``clip_val`` (FSDP's ``clip_grad_norm_``).
+
+        Raises:
+            MisconfigurationException: the model's root module is not wrapped in FSDP (only submodules
+                were wrapped in ``configure_model``), so no total norm over all parameters exists.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if not isinstance(self.fsdp_module, FullyShardedDataParallel):
+            raise MisconfigurationException(
+                "gradient_clip_algorithm='norm' under FSDP needs the root module wrapped in FullyShardedDataParallel,"
+                " but only submodules were wrapped (in configure_model). Let the strategy wrap the model"
+                " (AnyFSDPStrategy(auto_wrap_policy={YourBlock})), or clip by value (gradient_clip_algorithm='value')."
+            )
+        self.fsdp_module.clip_grad_norm_(clip_val)
 
 
 class AnyFabricFSDPPrecision(DeviceFSDPPrecisionMixin, FabricFSDPPrecision):

@@ -10,8 +10,10 @@ until someone kills it by hand. Three mechanisms, all started by the strategies:
   ``start_method="popen"``, the parent with ``spawn``/``fork``). It marks the job
   (:data:`LAUNCHER_PID_ENV`) and starts a reaper thread that ``SIGKILL``\\ s any child that is
   stopped while a ``SIGTERM`` waits for it (torch's ``spawn`` join and Lightning send
-  ``SIGTERM`` to the survivors of a failed job), and at exit kills the children still running
-  (at once when stopped, after :data:`EXIT_GRACE_S` otherwise).
+  ``SIGTERM`` to the survivors of a failed job), and at exit ends the children still running:
+  stopped ones at once; running ones after :data:`EXIT_GRACE_S` when the launching process
+  exits with an error, and after :data:`FINISH_GRACE_S` when it finished normally (a slower rank
+  is still writing its results then; nothing is printed unless it has to be killed).
 - :func:`supervise_worker` runs in every worker. On Linux it asks the kernel to ``SIGKILL`` the
   worker when its launching process ends (``prctl(PR_SET_PDEATHSIG)``: delivered even to a
   stopped process); elsewhere a thread polls the parent
@@ -46,8 +48,11 @@ log = logging.getLogger(__name__)
 #: Set by a launching process for the workers it starts (its pid), so they know whom to follow.
 LAUNCHER_PID_ENV = "LIGHTNING_ANYACCEL_LAUNCHER_PID"
 
-#: Seconds a launching process waits at exit for running (not stopped) workers before killing them.
+#: Seconds a launching process that exits with an error waits for running (not stopped) workers before killing them.
 EXIT_GRACE_S = 5.0
+
+#: Seconds a launching process that finished normally waits for its running workers to finish too.
+FINISH_GRACE_S = 120.0
 
 #: How often the reaper thread looks at the children (seconds).
 REAP_PERIOD_S = 0.5
@@ -56,6 +61,8 @@ _PR_SET_PDEATHSIG = 1
 _reaper: threading.Thread | None = None
 _supervised_by: int | None = None
 _lock = threading.Lock()
+#: Set when this process is ending with an unhandled exception (see :func:`_note_error_exit`).
+_error_exit = False
 
 
 def _proc_state(pid: int) -> str | None:
@@ -147,18 +154,39 @@ def _is_worker(pid: int) -> bool:
     return any(child.pid == pid for child in list(multiprocessing.process._children))  # type: ignore[attr-defined]
 
 
-def kill_children(grace_s: float = EXIT_GRACE_S) -> list[int]:
+def _note_error_exit() -> None:
+    """Chain ``sys.excepthook`` so :func:`kill_children` knows the process is ending with an error."""
+    previous = sys.excepthook
+
+    def hook(*args: object) -> None:
+        global _error_exit
+        _error_exit = True
+        previous(*args)
+
+    sys.excepthook = hook
+
+
+def kill_children(grace_s: float | None = None) -> list[int]:
     """End this process's workers: stopped ones at once, running ones after ``grace_s``. Their pids.
 
-    Other children (a TensorBoard the script started, data-loader workers) are left alone.
+    ``grace_s`` defaults to :data:`EXIT_GRACE_S` when this process is ending with an unhandled
+    exception, else to :data:`FINISH_GRACE_S`: after a successful run a slower rank is let finish,
+    silently. Other children (a TensorBoard the script started, data-loader workers) are left alone.
     """
     killed = []
+    if grace_s is None:
+        grace_s = EXIT_GRACE_S if _error_exit else FINISH_GRACE_S
+    why = "its launching process is exiting after an error" if _error_exit else (
+        f"it was still running {grace_s:.0f} s after its launching process finished")
     end = time.monotonic() + grace_s
     while True:
         alive = [child for child in children() if _is_worker(child)]
         for child in alive:
-            if is_stopped(child) or time.monotonic() >= end:
-                _kill(child, "its launching process is exiting" + (" (it was stopped)" if is_stopped(child) else ""))
+            if is_stopped(child):
+                _kill(child, "its launching process is exiting (it was stopped)")
+                killed.append(child)
+            elif time.monotonic() >= end:
+                _kill(child, why)
                 killed.append(child)
         if not alive or time.monotonic() >= end:
             return killed
@@ -178,6 +206,7 @@ def prepare_launch() -> None:
             return
         _reaper = threading.Thread(target=_reap_forever, name="anyaccel-reaper", daemon=True)
         _reaper.start()
+        _note_error_exit()
         atexit.register(kill_children)
 
 
@@ -247,6 +276,7 @@ def report_failure(rank: Callable[[], int]) -> Iterator[None]:
 
 __all__ = [
     "EXIT_GRACE_S",
+    "FINISH_GRACE_S",
     "report_failure",
     "LAUNCHER_PID_ENV",
     "children",

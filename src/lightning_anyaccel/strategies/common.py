@@ -50,11 +50,13 @@ from typing_extensions import override
 from lightning_anyaccel import _lightning, rendezvous, supervision
 from lightning_anyaccel.accelerator import DeviceCountError, DeviceTypeError, process_devices
 from lightning_anyaccel.checkpoint import AtomicCheckpointIO
+from lightning_anyaccel.compilation import check_compiled
 from lightning_anyaccel.distributed import check_fork_safe, resolve_backend
 from lightning_anyaccel.environments import AnyMPIEnvironment
 from lightning_anyaccel.optimizer_params import named_parameters, replaced_parameters, repoint_optimizer
 from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
 from lightning_anyaccel.troubleshooting import LinkedError
+from lightning_anyaccel.sync_batchnorm import DeviceLayerSync
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +122,18 @@ class AnyStrategyMixin:
     def _finish_setup(self) -> None:
         """Step 3: what needs the device (its own precision check)."""
         self._check_device_precision()
+
+    def setup(self, trainer: Any) -> None:
+        """The Trainer's model setup, after refusing compiled parts the device cannot compile (Trainer only).
+
+        Runs after ``configure_model``, so a ``torch.compile`` there is checked too
+        (:func:`lightning_anyaccel.compilation.check_compiled`; nothing is probed where Inductor
+        compiles for the device).
+        """
+        module = getattr(self, "lightning_module", None)
+        if module is not None:
+            check_compiled(module, self.root_device)
+        super().setup(trainer)  # type: ignore[misc]
 
     # ----- the steps' parts -----------------------------------------------------------------------
 
@@ -297,6 +311,24 @@ class AnyDistributedMixin(AnyStrategyMixin):
         device_type = self.parallel_devices[0].type if self.parallel_devices else getattr(
             self.accelerator, "device_type", None)
         return resolve_backend(torch.device(device_type)) if device_type else None
+
+    @property
+    def _layer_sync(self) -> Any:
+        """Lightning's layer-sync plugin (``sync_batchnorm=True``), made to run on the device.
+
+        The Trainer sets Lightning's ``TorchSyncBatchNorm`` here; it is wrapped in
+        :class:`~lightning_anyaccel.sync_batchnorm.DeviceLayerSync`, which converts to torch's
+        ``SyncBatchNorm`` only where the device has its kernels (CUDA; not CPU or most other
+        devices) and to the package's all-reduce ``DeviceSyncBatchNorm`` elsewhere. Any other
+        plugin is kept as given.
+        """
+        return self.__dict__.get("_any_layer_sync")
+
+    @_layer_sync.setter
+    def _layer_sync(self, plugin: Any) -> None:
+        if type(plugin).__name__ == "TorchSyncBatchNorm":
+            plugin = DeviceLayerSync(plugin, lambda: self.root_device)
+        self.__dict__["_any_layer_sync"] = plugin
 
     @property
     def timeout(self) -> timedelta:

@@ -15,7 +15,9 @@ Lightning's ``DeepSpeedStrategy`` runs only with its ``CUDAAccelerator``; this s
 
 DeepSpeed is an optional extra: ``pip install lightning-anyaccel[deepspeed]``. On CPU without
 oneCCL it uses gloo; it compiles its ops the first time they are used (cache them with
-``TORCH_EXTENSIONS_DIR``).
+``TORCH_EXTENSIONS_DIR``). A build lock left there by a killed build is waited on for at most
+10 minutes and then reported with its path (:mod:`lightning_anyaccel.build_locks`); torch alone
+would wait forever.
 
 Registered names: ``any_deepspeed``, ``any_deepspeed_stage_1``, ``any_deepspeed_stage_2``,
 ``any_deepspeed_stage_2_offload``, ``any_deepspeed_stage_3``, ``any_deepspeed_stage_3_offload``

@@ -12,7 +12,10 @@ What Lightning's ``FSDPStrategy`` does that only works on CUDA, and what this su
 - ``FSDPPrecision`` autocasts on ``"cuda"`` with a CUDA ``ShardedGradScaler`` (row 9); here
   :class:`~lightning_anyaccel.sharded_precision.AnyFSDPPrecision` on the device type;
 - full-state-dict checkpoints gather with ``offload_to_cpu=True``, which segfaults when FSDP
-  runs on CPU; here offloading follows the device table (``fsdp_full_state_offload``).
+  runs on CPU; here offloading follows the device table (``fsdp_full_state_offload``);
+- ``FSDPPrecision`` refuses ``gradient_clip_algorithm="norm"`` (it has no reference to the root
+  module); here the strategy hands the wrapped root to the precision plugin, which clips with
+  ``FullyShardedDataParallel.clip_grad_norm_``.
 
 Example:
     >>> from lightning import Trainer
@@ -68,8 +71,14 @@ class AnyFSDPStrategy(AtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):
 
     @override
     def _setup_model(self, model: Module) -> Module:
-        """Wrap ``model`` in FSDP with ``device_id=root_device`` (Lightning passes its index, ``None`` on CPU)."""
-        return self._wrap_fsdp(model, functools.partial(super()._setup_model, model))
+        """Wrap ``model`` in FSDP with ``device_id=root_device`` (Lightning passes its index, ``None`` on CPU).
+
+        The precision plugin gets the root module, to clip gradients by norm across all shards.
+        """
+        wrapped = self._wrap_fsdp(model, functools.partial(super()._setup_model, model))
+        if isinstance(self.precision_plugin, AnyFSDPPrecision):
+            self.precision_plugin.fsdp_module = wrapped
+        return wrapped
 
     @contextmanager
     @override

@@ -21,7 +21,7 @@ import torch
 from lightning.fabric.utilities.seed import reset_seed
 from typing_extensions import override
 
-from lightning_anyaccel import _lightning, rendezvous
+from lightning_anyaccel import _lightning, build_locks, rendezvous
 from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, get_spec
 from lightning_anyaccel.precision import align_precision_plugin
 from lightning_anyaccel.strategies.common import AnyDistributedMixin
@@ -402,6 +402,7 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
             )
         reset_seed()
         self._set_ranks()
+        build_locks.wait_for_build_locks()  # DeepSpeed may compile an op here; torch would wait on a stale lock forever
         self._init_deepspeed_distributed()  # type: ignore[attr-defined]
         rendezvous.bound_deepspeed_groups(self._timeout)  # DeepSpeed's own groups honour the timeout too
 
@@ -422,6 +423,7 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         """
         import deepspeed
 
+        build_locks.wait_for_build_locks()  # the optimizer's op (e.g. cpu_adam) may compile here
         return deepspeed.initialize(
             args=argparse.Namespace(device_rank=self.device_rank),
             config=self.config if config is None else config,
