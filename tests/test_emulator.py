@@ -1,8 +1,9 @@
 """The emulated accelerator itself (tests/emulator): what it must do for the device-generic suite to mean something.
 
-Each check runs in a fresh interpreter, because a process hosts one PrivateUse1 backend under one
+Each check runs in a fresh interpreter, because a process hosts one emulated device type under one
 name and the fork checks need a parent in a known state. The device names are the PrivateUse1
-vendors' (npu, sdaa, mlu, musa) and a neutral one the package's table does not know.
+vendors' (npu, sdaa, mlu, musa), a neutral one the package's table does not know, and torch's
+built-in xpu and hpu (served on their own dispatch keys).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 
 from conftest import AUTOLOAD, SRC, TESTS, run_python
 
-NAMES = ["npu", "sdaa", "mlu", "musa", "emu"]
+NAMES = ["npu", "sdaa", "mlu", "musa", "emu", "xpu", "hpu"]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -28,10 +29,11 @@ def _env(**extra: str) -> dict[str, str]:
 @pytest.mark.parametrize("name", NAMES)
 def test_emulated_device_and_lightning_fit(name):
     """Memory statistics, device guard, copies, CPU-kernel compute equal to CPU's, autocast, GradScaler,
-    RNG, storage resize, save/load and the bad-fork state; then (npu, and the name the package does not
-    know, described with ``register_device``) a bf16-mixed Lightning fit on it. The device-generic suite
+    RNG, storage resize, save/load and the bad-fork state, and what kernels change in place (BatchNorm running
+    statistics, optimizer state) equal to CPU's; then (npu, xpu, hpu, and the name the package does not know,
+    described with ``register_device``) a bf16-mixed Lightning fit on it. The device-generic suite
     (``pytest -m device_generic --device emulated:npu``) trains on it in depth."""
-    fit = name in ("npu", "emu")
+    fit = name in ("npu", "emu", "xpu", "hpu")
     proc = run_python(["-m", "emulator.selfcheck", name, *(["--fit"] if fit else [])], env=_env(), cwd=TESTS,
                       timeout=240)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-4000:]

@@ -341,6 +341,7 @@ def _stand_in_xpu_bindings(ext: Any) -> ModuleType:
         "_xpu_getArchFlags": lambda: None,
         "_xpu_canDeviceAccessPeer": lambda device, peer: True,
         "_xpu_getCurrentStream": current_stream,
+        "_xpu_getCurrentRawStream": lambda device=None: 0,  # no SYCL queue: kernels run on the host
         "_xpu_setStream": set_stream,
         "_xpu_memoryStats": memory_stats,
         "_xpu_resetPeakMemoryStats": ext.reset_peak_memory_stats,
