@@ -44,10 +44,10 @@ BACKEND = "emuccl"
 #: Device types torch builds in that the emulator serves on their own dispatch keys (no rename).
 BUILTIN_TYPES = ("xpu", "hpu")
 
-#: Built-in types whose collective backend is registered under the vendor's name. Not ``xccl``:
-#: torch's ``init_process_group`` creates ``xccl`` itself (``ProcessGroupXCCL``, absent from a
-#: CPU build) before it looks at registered backends, so emulated xpu uses ``emuccl``.
-VENDOR_BACKENDS = {"hpu": "hccl"}
+#: The vendors' collective backends of the built-in types, which the emulator provides under
+#: their names: ``hccl`` registered as Habana's bridge registers it, ``xccl`` through a stand-in of
+#: torch's own ``ProcessGroupXCCL`` binding (see ``_stand_in_process_group_xccl``).
+VENDOR_BACKENDS = {"hpu": "hccl", "xpu": "xccl"}
 
 _lock = threading.Lock()
 _loaded: str | None = None
@@ -349,8 +349,12 @@ def _stand_in_xpu_bindings(ext: Any) -> ModuleType:
         "_xpu_emptyCache": lambda: None,  # nothing is cached
         "_xpu_getMemoryInfo": lambda device: tuple(ext.mem_get_info(device)),
     }
+    # torch.xpu.Stream/Event derive from these: the generic torch.Stream/torch.Event of the device
+    bindings["_XpuStreamBase"] = type("_XpuStreamBase", (torch.Stream,), {"sycl_queue": 0})
+    bindings["_XpuEventBase"] = type("_XpuEventBase", (torch.Event,), {"sycl_event": 0})
     for key, value in bindings.items():
         setattr(torch._C, key, value)
+    importlib.reload(torch.xpu.streams)
     module = importlib.reload(torch.xpu)  # re-reads torch._C._has_xpu and the bindings above
     module._emulated = True
     return module
@@ -399,8 +403,40 @@ def _register_collectives(name: str) -> None:
     from emulator.collectives import make_creator
 
     backend = backend_name(name)
-    if backend.upper() not in dist.Backend._plugins:
+    if backend == "xccl":
+        _stand_in_process_group_xccl()
+    elif backend.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(backend, make_creator(name, backend), devices=[name])
+
+
+def _stand_in_process_group_xccl() -> None:
+    """``xccl`` is built into torch: ``init_process_group`` creates it itself, from the binding
+    ``torch._C._distributed_c10d.ProcessGroupXCCL``, before it looks at registered backends, so
+    ``Backend.register_backend("xccl", ...)`` can never be reached. A CPU build lacks that binding
+    (``torch.distributed.distributed_c10d`` then sets ``_XCCL_AVAILABLE = False`` at import, which
+    happens inside ``import torch``, before any emulator code can run). The stand-in is the binding:
+    a ``ProcessGroupXCCL`` with ``Options`` that creates the emulator's process group, set where
+    torch's import would have put it, with ``_XCCL_AVAILABLE``."""
+    from torch.distributed import distributed_c10d as c10d
+
+    from emulator.collectives import make_creator
+
+    create = make_creator("xpu", "xccl")
+
+    class ProcessGroupXCCL:
+        """Stand-in of torch's XCCL binding on the emulated xpu (collectives staged through gloo)."""
+
+        class Options:
+            def __init__(self) -> None:
+                self.global_ranks_in_group: list[int] = []
+                self.group_name = ""
+                self._timeout: Any = None
+
+        def __new__(cls, store: Any, rank: int, size: int, options: Any) -> Any:
+            return create(store, rank, size, options._timeout)
+
+    c10d.ProcessGroupXCCL = ProcessGroupXCCL
+    c10d._XCCL_AVAILABLE = True
 
 
 def autoload_from_env() -> None:
