@@ -158,21 +158,26 @@ def test_aurora_script_on_one_node(tmp_path: Path, launcher: str, strategy: str)
 
 
 @pytest.mark.timeout(JOB_TIMEOUT + 60)
-@pytest.mark.parametrize(("device_type", "backend"), [("xpu", "xccl"), ("hpu", "hccl")])
-def test_aurora_script_on_the_emulated_seed_devices(tmp_path: Path, device_type: str, backend: str) -> None:
-    """The Aurora script with DDP under Open MPI, one node, 2 ranks, on the seeds' own device types, emulated
+@pytest.mark.parametrize(("device_type", "backend", "strategy"),
+                         [("xpu", "xccl", "ddp"), ("hpu", "hccl", "deepspeed_stage_2")])
+def test_aurora_script_on_the_emulated_seed_devices(tmp_path: Path, device_type: str, backend: str,
+                                                    strategy: str) -> None:
+    """The Aurora script under Open MPI, one node, 2 ranks, on the seeds' own device types, emulated
     (``tests/emulator``, loaded in every rank by ``LIGHTNING_ANYACCEL_EMULATE``): ``--accelerator any`` finds
-    the device, DDP runs over the vendor's backend name, bf16 autocast on the device, the best checkpoint tested."""
-    _skip_unless("openmpi", "ddp")
+    the device, DDP or DeepSpeed (through DeepSpeed's own XPU/HPU accelerator) runs over the vendor's backend
+    name, bf16 on the device, the best checkpoint tested. One strategy per device type keeps CI short."""
+    _skip_unless("openmpi", strategy)
     out = tmp_path / "out"
     pythonpath = os.pathsep.join([str(ROOT / "tests" / "emulator" / "autoload"), str(ROOT / "src")])
     env = {**OMPI_ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "MPIEXEC": str(OPENMPI),
            "NNODES": "1", "PPN": "2", "PYTHONPATH": pythonpath, "LIGHTNING_ANYACCEL_EMULATE": device_type,
-           "MPIEXEC_EXTRA_ARGS": "--bind-to none --oversubscribe -x LIGHTNING_ANYACCEL_EMULATE"}
-    with Job() as job:
-        job.spawn(["bash", str(LAUNCH / "mpiexec.sh"), *aurora_args(out, "ddp", 2, 1)], tmp_path / "job.log", env=env)
+           "MPIEXEC_EXTRA_ARGS": "--bind-to none --oversubscribe -x LIGHTNING_ANYACCEL_EMULATE"
+                                 " -x ANYACCEL_DS_NO_SHM -x TORCH_EXTENSIONS_DIR"}
+    with Job(env=DS_ENV) as job:
+        job.spawn(["bash", str(LAUNCH / "mpiexec.sh"), *aurora_args(out, strategy, 2, 1)], tmp_path / "job.log",
+                  env=env)
         _run(job)
-    assert_aurora_trained(out, "ddp", "AnyMPIEnvironment", device_type=device_type, backend=backend)
+    assert_aurora_trained(out, strategy, "AnyMPIEnvironment", device_type=device_type, backend=backend)
 
 
 # ----- two hosts (network namespaces), 1 rank each, one launcher ----------------------------------

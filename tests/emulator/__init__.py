@@ -270,6 +270,17 @@ def _load_builtin(name: str, devices: int) -> ModuleType:
         module = _stand_in_xpu_bindings(ext)
     else:
         module = _device_module(name, ext)
+        generic_stats = module.memory_stats
+
+        def memory_stats(device: Any = None) -> dict[str, Any]:
+            """Also under the names Habana's ``torch.hpu.memory_stats()`` uses (DeepSpeed reads ``Limit``)."""
+            stats = generic_stats(device)
+            habana = {"Limit": module.mem_get_info(device)[1], "InUse": stats["allocated_bytes.all.current"],
+                      "MaxInUse": stats["allocated_bytes.all.peak"], "NumAllocs": stats["num_device_alloc"],
+                      "NumFrees": stats["num_device_free"]}
+            return {**stats, **habana}
+
+        module.memory_stats = memory_stats
         torch._register_device_module(name, module)
         _stand_in_habana_frameworks(module)
     _register_collectives(name)
@@ -368,13 +379,19 @@ def _stand_in_habana_frameworks(hpu: ModuleType) -> None:
     emulator registered it already (``_register_collectives``).
     """
     names = ["habana_frameworks", "habana_frameworks.torch", "habana_frameworks.torch.core",
-             "habana_frameworks.torch.hpu", "habana_frameworks.torch.distributed",
+             "habana_frameworks.torch.hpu", "habana_frameworks.torch.hpu.random", "habana_frameworks.torch.utils",
+             "habana_frameworks.torch.utils.experimental", "habana_frameworks.torch.distributed",
              "habana_frameworks.torch.distributed.hccl"]
     modules = {n: ModuleType(n, "Stand-in of the emulated hpu (lightning-anyaccel tests/emulator).") for n in names}
     modules["habana_frameworks.torch.hpu"] = hpu
     modules["habana_frameworks.torch.core"].mark_step = lambda *args, **kwargs: None
+    modules["habana_frameworks.torch.core"].hpu = hpu  # DeepSpeed's HPU accelerator reads htcore.hpu.Event
+    for attr in ("get_rng_state", "set_rng_state", "manual_seed", "manual_seed_all", "initial_seed",
+                 "default_generators"):  # DeepSpeed's HPU accelerator seeds through hpu.random
+        setattr(modules["habana_frameworks.torch.hpu.random"], attr, getattr(hpu, attr))
+    modules["habana_frameworks.torch.utils.experimental"]._is_fp16_supported = lambda: True
     for full, module in modules.items():
-        if full in ("habana_frameworks", "habana_frameworks.torch.hpu"):
+        if full == "habana_frameworks":
             continue
         parent, _, child = full.rpartition(".")
         setattr(modules[parent], child, module)
