@@ -194,7 +194,8 @@ def state_matches_cpu(name: str) -> None:
 
 
 def fit(name: str) -> None:
-    """A bf16-mixed Lightning fit through the package's generic path on the emulated ``name``.
+    """A bf16-mixed Lightning fit through the package's generic path on the emulated ``name``
+    (``accelerator="xpu"``/``"hpu"`` by name, as the seeds' READMEs write it, else ``AnyAccelerator()``).
 
     A device type the package's table does not know is described the way a new vendor would,
     with ``register_device`` (the package has no code for the emulator).
@@ -209,7 +210,9 @@ def fit(name: str) -> None:
         register_device(DeviceSpec(type=name, name=f"Emulated {name}", backend=None, autocast_dtypes=("bf16", "fp16"),
                                    private_use1=True, memory_stats="device_module"))
     model = DemoModel()
-    trainer = Trainer(accelerator=AnyAccelerator(), devices=1, precision="bf16-mixed", max_steps=6, logger=False,
+    # the seeds' README form for their devices: the accelerator by name (lightning-habana, the Aurora script)
+    accelerator = name if name in ("xpu", "hpu") else AnyAccelerator()
+    trainer = Trainer(accelerator=accelerator, devices=1, precision="bf16-mixed", max_steps=6, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model, demo_loader())
     assert trainer.strategy.root_device == torch.device(name, 0), trainer.strategy.root_device
