@@ -78,12 +78,14 @@ def test_validation_record_says_what_ran(tmp_path):
 
     outcomes = {"tests/test_trainer_cpu.py::test_ddp_two_processes[any_ddp]": "passed",
                 "tests/test_trainer_cpu.py::test_bf16_mixed_autocast_active_in_training_step": "passed",
+                "tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp]": "passed",
                 "tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp2]": "failed",
                 "tests/test_trainer_cpu.py::test_fork_refused_after_the_parent_initialised_the_device": "skipped"}
     record = build_record(DeviceUnderTest(type="cpu", emulated=False, backend="gloo", spec="cpu"), outcomes, "pytest")
-    assert (record["passed"], record["failed"], record["skipped"]) == (2, 1, 1)
+    assert (record["passed"], record["failed"], record["skipped"]) == (3, 1, 1)
     assert record["failed_tests"] == ["tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp2]"]
     assert record["features"]["ddp"] == "passed" and record["features"]["fsdp2"] == "failed"
+    assert record["features"]["fsdp"] == "passed"  # the 2-process FSDP test counts as FSDP
     assert "fork_safety" not in record["features"]  # skipped tests prove nothing
     text = "[devices.cpu.hardware]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in record.items())
     assert tomllib.loads(text)["devices"]["cpu"]["hardware"]["features"]["mixed_precision"] == "passed"
