@@ -149,7 +149,8 @@ def state_matches_cpu(name: str) -> None:
     running statistics (``native_batch_norm`` mutates them without its schema saying so), SGD's
     momentum buffers, Adam's ``exp_avg``/``exp_avg_sq`` (single-tensor and foreach), in-place ops."""
     torch.manual_seed(1)
-    cpu_model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+    cpu_model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5), torch.nn.ReLU(),
+                                    torch.nn.Linear(5, 2))
     batches = [torch.randn(8, 6) for _ in range(3)]
     for optimizer, kwargs in ((torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
                               (torch.optim.Adam, {"lr": 0.01, "foreach": False}),
@@ -172,7 +173,8 @@ def state_matches_cpu(name: str) -> None:
         for ref_param, got_param in zip(ref.parameters(), got.parameters()):
             for key, value in ref_opt.state[ref_param].items():
                 held = got_opt.state[got_param][key]
-                assert torch.allclose(held.cpu().double(), value.double(), atol=1e-5), f"{what}: state {key!r} differs from CPU"
+                assert torch.allclose(held.cpu().double(), value.double(), atol=1e-5), \
+                    f"{what}: state {key!r} differs from CPU"
     assert float(models[name][0][1].running_mean.abs().sum()) > 0, "BatchNorm running_mean never updated"
 
     # in-place ops, views included: the device tensor itself changes, as on the CPU
