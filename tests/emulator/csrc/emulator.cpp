@@ -455,7 +455,6 @@ struct XPUHooks final : public EmulatorHooks<at::XPUHooksInterface> {
 };
 
 struct HPUHooks final : public EmulatorHooks<at::HPUHooksInterface> {
-  explicit HPUHooks(at::HPUHooksArgs) {}
   bool hasHPU() const override {
     return true;
   }
@@ -853,13 +852,14 @@ void activate(const std::string& type) {
       fallthrough.fallback(torch::CppFunction::makeFallthrough());
       register_autocast<DeviceType::PrivateUse1>(library("aten", c10::DispatchKey::AutocastPrivateUse1));
     } else if (dt == DeviceType::XPU) {
+      // The creator takes no argument (torch >= 2.9) or an XPUHooksArgs (2.8): accept either.
       at::XPUHooksRegistry()->Register(
-          "XPUHooks", []() -> std::unique_ptr<at::XPUHooksInterface> { return std::make_unique<XPUHooks>(); });
+          "XPUHooks", [](auto&&...) -> std::unique_ptr<at::XPUHooksInterface> { return std::make_unique<XPUHooks>(); });
       library("aten", g_key).impl("copy_", copy_);
     } else {
       at::HPUHooksRegistry()->Register(
-          "HPUHooks", [](at::HPUHooksArgs args) -> std::unique_ptr<at::HPUHooksInterface> {
-            return std::make_unique<HPUHooks>(args);
+          "HPUHooks", [](auto&&...) -> std::unique_ptr<at::HPUHooksInterface> {
+            return std::make_unique<HPUHooks>();
           });
       library("_", c10::DispatchKey::AutocastHPU).fallback(torch::CppFunction::makeFallthrough());
       register_autocast<DeviceType::HPU>(library("aten", c10::DispatchKey::AutocastHPU));
