@@ -47,11 +47,17 @@ emulator: install
 # on child processes; conftest.py sends the tests that must share a worker to one worker);
 # `make test TEST_WORKERS=0` runs everything in one process.
 TEST_WORKERS ?= 2
+# The seeds' own device types, emulated on torch's XPU/HPU dispatch keys by the same build
+# (docs/emulator.md): the device-generic tests without the spawn/fork start methods of DDP, which
+# exercise the launcher, not the device, and run on `npu` above.
+SEED_DEVICE_TESTS ?= not spawn and not ddp_fork
 PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS)
 test: install emulator
 	$(PYTEST)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
 	$(PYTEST) -m device_generic --device emulated:acme -q
+	$(PYTEST) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS)"
+	$(PYTEST) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)"
 
 # Only the code blocks of README.md and docs/*.md, and the examples the docs show from files.
 test-snippets: install

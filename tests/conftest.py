@@ -72,7 +72,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("lightning-anyaccel")
     group.addoption("--device", default="cpu", metavar="TYPE",
                     help="device the device-generic tests train on: cpu (default), a device type"
-                         " (xpu, cuda, hpu, npu, ...) or emulated:NAME (the emulated accelerator as NAME)")
+                         " (xpu, cuda, hpu, npu, ...) or emulated:NAME (the emulated accelerator as NAME:"
+                         " PrivateUse1 renamed, or torch's own xpu/hpu for emulated:xpu, emulated:hpu)")
     group.addoption("--validation-record", default=None, metavar="PATH",
                     help="write a validation record (TOML, the format docs/validation.toml reads) to PATH")
 

@@ -1,8 +1,9 @@
 """The emulated accelerator itself (tests/emulator): what it must do for the device-generic suite to mean something.
 
-Each check runs in a fresh interpreter, because a process hosts one PrivateUse1 backend under one
+Each check runs in a fresh interpreter, because a process hosts one emulated device type under one
 name and the fork checks need a parent in a known state. The device names are the PrivateUse1
-vendors' (npu, sdaa, mlu, musa) and a neutral one the package's table does not know.
+vendors' (npu, sdaa, mlu, musa), a neutral one the package's table does not know, and torch's
+built-in xpu and hpu (served on their own dispatch keys).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 
 from conftest import AUTOLOAD, SRC, TESTS, run_python
 
-NAMES = ["npu", "sdaa", "mlu", "musa", "emu"]
+NAMES = ["npu", "sdaa", "mlu", "musa", "emu", "xpu", "hpu"]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -28,10 +29,11 @@ def _env(**extra: str) -> dict[str, str]:
 @pytest.mark.parametrize("name", NAMES)
 def test_emulated_device_and_lightning_fit(name):
     """Memory statistics, device guard, copies, CPU-kernel compute equal to CPU's, autocast, GradScaler,
-    RNG, storage resize, save/load and the bad-fork state; then (npu, and a name the package does not
-    know, with no code: the spec is derived from torch) a bf16-mixed Lightning fit on it. The device-generic suite
+    RNG, storage resize, save/load and the bad-fork state, and what kernels change in place (BatchNorm running
+    statistics, optimizer state) equal to CPU's; then (npu, xpu, hpu, and a name the package does not know,
+    with no code: the spec is derived from torch) a bf16-mixed Lightning fit on it. The device-generic suite
     (``pytest -m device_generic --device emulated:npu``) trains on it in depth."""
-    fit = name in ("npu", "emu")
+    fit = name in ("npu", "emu", "xpu", "hpu")
     proc = run_python(["-m", "emulator.selfcheck", name, *(["--fit"] if fit else [])], env=_env(), cwd=TESTS,
                       timeout=240)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-4000:]
@@ -76,12 +78,14 @@ def test_validation_record_says_what_ran(tmp_path):
 
     outcomes = {"tests/test_trainer_cpu.py::test_ddp_two_processes[any_ddp]": "passed",
                 "tests/test_trainer_cpu.py::test_bf16_mixed_autocast_active_in_training_step": "passed",
+                "tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp]": "passed",
                 "tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp2]": "failed",
                 "tests/test_trainer_cpu.py::test_fork_refused_after_the_parent_initialised_the_device": "skipped"}
     record = build_record(DeviceUnderTest(type="cpu", emulated=False, backend="gloo", spec="cpu"), outcomes, "pytest")
-    assert (record["passed"], record["failed"], record["skipped"]) == (2, 1, 1)
+    assert (record["passed"], record["failed"], record["skipped"]) == (3, 1, 1)
     assert record["failed_tests"] == ["tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp2]"]
     assert record["features"]["ddp"] == "passed" and record["features"]["fsdp2"] == "failed"
+    assert record["features"]["fsdp"] == "passed"  # the 2-process FSDP test counts as FSDP
     assert "fork_safety" not in record["features"]  # skipped tests prove nothing
     text = "[devices.cpu.hardware]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in record.items())
     assert tomllib.loads(text)["devices"]["cpu"]["hardware"]["features"]["mixed_precision"] == "passed"
@@ -108,7 +112,8 @@ def test_support_matrix_levels_come_from_validation_toml():
     devices = tomllib.loads((ROOT / "docs" / "validation.toml").read_text())["devices"]
     assert docs._feature_cell(devices["npu"], "fsdp2") == "E"
     assert docs._feature_cell(devices["npu"], "deepspeed") == "-"
-    assert docs._feature_cell(devices["xpu"], "ddp") == "S"
+    assert docs._feature_cell(devices["xpu"], "ddp") == "E"  # emulated on torch's XPU key (was simulated)
+    assert docs._feature_cell(devices["mps"], "single_device") == "S"
     assert docs._feature_cell(devices["cpu"], "ddp") == "H"
     assert docs._feature_cell(devices["cuda"], "single_device") == "H"
     # a one-GPU machine ran DDP as 1 process; 2 processes only ever ran with simulated device APIs

@@ -96,8 +96,9 @@ def _no_process_left(out: Path) -> None:
 
 
 def assert_aurora_trained(out: Path, strategy: str, environment: str, *, world_size: int = 2,
-                          per_node: int = 2) -> dict[int, dict]:
-    """Every rank trained with the package's strategy for ``pytorch_lightning``, in bf16, and tested the best checkpoint."""
+                          per_node: int = 2, device_type: str = "cpu", backend: str = "gloo") -> dict[int, dict]:
+    """Every rank trained with the package's strategy for ``pytorch_lightning``, in bf16, on ``device_type``
+    over ``backend``, and tested the best checkpoint."""
     found = reports(out)
     assert sorted(found) == list(range(world_size)), f"ranks that finished: {sorted(found)}"
     expected_class = {"ddp": "AnyDDPStrategy", "fsdp": "AnyFSDPStrategy"}.get(strategy, "AnyDeepSpeedStrategy")
@@ -105,16 +106,16 @@ def assert_aurora_trained(out: Path, strategy: str, environment: str, *, world_s
         assert (report["world_size"], report["node_rank"], report["local_rank"]) == (
             world_size, *divmod(rank, per_node)), report
         assert (report["strategy"], report["strategy_module"]) == (expected_class, "lightning_anyaccel.pytorch_lightning")
-        assert report["accelerator"] == "AnyAccelerator[cpu]" and report["device_type"] == "cpu"
+        assert report["accelerator"] == f"AnyAccelerator[{device_type}]" and report["device_type"] == device_type
         assert report["environment"] == environment, report
         assert report["precision"] == "bf16-mixed", report  # Lightning's name for the script's "bf16"
         assert report["compute_dtype"] == "torch.bfloat16", "the model did not compute in bf16"
         if strategy in ("ddp", "fsdp"):  # DeepSpeed casts the model to bf16 itself (compute_dtype above)
             plugin = "MixedPrecision" if strategy == "ddp" else "AnyFSDPPrecision"
-            assert (report["precision_plugin"], report["precision_device"]) == (plugin, "cpu"), report
+            assert (report["precision_plugin"], report["precision_device"]) == (plugin, device_type), report
         else:
             assert report["precision_plugin"] == "DeepSpeedPrecision", report
-        assert report["backend"] == "gloo"
+        assert report["backend"] == backend, report
         assert report["global_step"] > 0
         # four well separated blobs: the best checkpoint classifies the held-out set
         assert report["test"]["test_acc"] >= 0.9 and 0 <= report["test"]["test_loss"] < 0.5, report["test"]
@@ -154,6 +155,29 @@ def test_aurora_script_on_one_node(tmp_path: Path, launcher: str, strategy: str)
                       env=env)
         _run(job)
     assert_aurora_trained(out, strategy, "AnyMPIEnvironment")
+
+
+@pytest.mark.timeout(JOB_TIMEOUT + 60)
+@pytest.mark.parametrize(("device_type", "backend", "strategy"),
+                         [("xpu", "xccl", "ddp"), ("hpu", "hccl", "deepspeed_stage_2")])
+def test_aurora_script_on_the_emulated_seed_devices(tmp_path: Path, device_type: str, backend: str,
+                                                    strategy: str) -> None:
+    """The Aurora script under Open MPI, one node, 2 ranks, on the seeds' own device types, emulated
+    (``tests/emulator``, loaded in every rank by ``LIGHTNING_ANYACCEL_EMULATE``): ``--accelerator any`` finds
+    the device, DDP or DeepSpeed (through DeepSpeed's own XPU/HPU accelerator) runs over the vendor's backend
+    name, bf16 on the device, the best checkpoint tested. One strategy per device type keeps CI short."""
+    _skip_unless("openmpi", strategy)
+    out = tmp_path / "out"
+    pythonpath = os.pathsep.join([str(ROOT / "tests" / "emulator" / "autoload"), str(ROOT / "src")])
+    env = {**OMPI_ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "MPIEXEC": str(OPENMPI),
+           "NNODES": "1", "PPN": "2", "PYTHONPATH": pythonpath, "LIGHTNING_ANYACCEL_EMULATE": device_type,
+           "MPIEXEC_EXTRA_ARGS": "--bind-to none --oversubscribe -x LIGHTNING_ANYACCEL_EMULATE"
+                                 " -x ANYACCEL_DS_NO_SHM -x TORCH_EXTENSIONS_DIR"}
+    with Job(env=DS_ENV) as job:
+        job.spawn(["bash", str(LAUNCH / "mpiexec.sh"), *aurora_args(out, strategy, 2, 1)], tmp_path / "job.log",
+                  env=env)
+        _run(job)
+    assert_aurora_trained(out, strategy, "AnyMPIEnvironment", device_type=device_type, backend=backend)
 
 
 # ----- two hosts (network namespaces), 1 rank each, one launcher ----------------------------------

@@ -24,7 +24,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "mixed_precision": ("bf16", "16_mixed"),
     "ddp": ("test_ddp_two_processes", "test_fabric_ddp_", "test_fabric_notebook", "machine[ddp]"),
     "fork_safety": ("fork",),
-    "fsdp": ("fsdp-", "fsdp_", "machine[fsdp]"),
+    "fsdp": ("fsdp-", "fsdp_", "machine[fsdp]", "under_test[fsdp]"),
     "fsdp2": ("fsdp2",),
     "deepspeed": ("deepspeed",),
     "checkpoint": ("checkpoint", "load_with_one", "resume"),

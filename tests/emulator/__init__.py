@@ -1,14 +1,18 @@
-"""An emulated accelerator for tests: a real PrivateUse1 device without hardware.
+"""An emulated accelerator for tests: a real PrivateUse1, XPU or HPU device without hardware.
 
 ``emulator.load("npu")`` compiles (once, cached under ``tests/emulator/_build/``) and loads a C++
-PrivateUse1 backend (``csrc/emulator.cpp``), renames it to the given device type, registers a
+backend (``csrc/emulator.cpp``) as PrivateUse1, renames it to the given device type, registers a
 device module as ``torch.<name>`` and a collective backend for that device type, the way
-out-of-tree vendors (torch_npu, torch_mlu, torch_musa, torch_sdaa) do. Afterwards tensors live
+out-of-tree vendors (torch_npu, torch_mlu, torch_musa, torch_sdaa) do. ``emulator.load("xpu")`` and
+``emulator.load("hpu")`` serve torch's built-in device types instead, on their own dispatch keys
+(``XPU``/``HPU``): what torch's CPU build lacks for them is stood in for (``torch._C._xpu_*``
+bindings under torch's own ``torch.xpu``; ``torch.hpu`` and ``habana_frameworks.torch``), see
+docs/emulator.md. Afterwards tensors live
 on ``<name>:0``/``<name>:1``, memory is counted by the backend's allocator, compute runs CPU
 kernels, autocast dispatches for the device type and collectives move device tensors between
 processes (staged through gloo). ``torch.accelerator.current_accelerator()`` reports the device.
 
-A process can host one PrivateUse1 backend, under one name: loading a second name fails.
+A process hosts one emulated device type, under one name: loading a second name fails.
 Set ``LIGHTNING_ANYACCEL_EMULATE=<name>`` and put ``tests/emulator/autoload`` on ``PYTHONPATH``
 to get the device in every Python process (children, notebook kernels) without code changes.
 
@@ -31,7 +35,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["BACKEND", "ENV_VAR", "OPTIONS", "backend_name", "load", "loaded_name", "loaded_options", "parse_options"]
+__all__ = ["BACKEND", "BUILTIN_TYPES", "ENV_VAR", "OPTIONS", "backend_name", "load", "loaded_name", "loaded_options",
+           "parse_options"]
 
 #: The environment variable the autoload hook reads (``npu``, ``mlu``, ``emu:4`` for 4 devices,
 #: ``acme:2:noshallow,noautocast`` for 2 devices of a lesser backend).
@@ -49,6 +54,14 @@ OPTIONS: dict[str, str] = {
     "nocollectives": "no collective backend is registered for the device type",
 }
 
+#: Device types torch builds in that the emulator serves on their own dispatch keys (no rename).
+BUILTIN_TYPES = ("xpu", "hpu")
+
+#: The vendors' collective backends of the built-in types, which the emulator provides under
+#: their names: ``hccl`` registered as Habana's bridge registers it, ``xccl`` through a stand-in of
+#: torch's own ``ProcessGroupXCCL`` binding (see ``_stand_in_process_group_xccl``).
+VENDOR_BACKENDS = {"hpu": "hccl", "xpu": "xccl"}
+
 _lock = threading.Lock()
 _loaded: str | None = None
 _options: frozenset[str] = frozenset()
@@ -58,7 +71,7 @@ _libraries: list[torch.library.Library] = []
 
 def backend_name(device_type: str) -> str:
     """The collective backend name registered for the emulated ``device_type``."""
-    return BACKEND
+    return VENDOR_BACKENDS.get(device_type, BACKEND)
 
 
 def loaded_name() -> str | None:
@@ -92,8 +105,9 @@ def load(name: str, devices: int = 2, options: frozenset[str] = frozenset()) -> 
     """Make ``devices`` emulated devices of type ``name`` exist in this process; return ``torch.<name>``.
 
     ``options`` (see :data:`OPTIONS`) take away what some vendors' backends lack. Idempotent for
-    the same name. Raises ``RuntimeError`` for a different name (a process has one PrivateUse1
-    backend) or a built-in device type.
+    the same name. Raises ``RuntimeError`` for a different name (a process hosts one emulated
+    device type). ``xpu`` and ``hpu`` are served on their own dispatch keys; any other name is
+    PrivateUse1 renamed.
     """
     global _loaded, _options
     with _lock:
@@ -104,12 +118,17 @@ def load(name: str, devices: int = 2, options: frozenset[str] = frozenset()) -> 
                     f" can host one PrivateUse1 backend, so it can not also be {name!r}."
                 )
             return getattr(torch, name)
+        if name in BUILTIN_TYPES:
+            module = _load_builtin(name, devices)
+            _loaded = name
+            return module
         current = torch._C._get_privateuse1_backend_name()
         if current not in ("privateuseone", name):
             raise RuntimeError(f"PrivateUse1 is already registered as {current!r} in this process.")
         from emulator._build_ext import import_extension
 
         ext = import_extension()
+        ext.activate("privateuseone")
         ext.set_device_count(devices)
         if current != name:
             torch.utils.rename_privateuse1_backend(name)
@@ -286,6 +305,158 @@ def _device_module(name: str, ext: Any) -> ModuleType:
     return module
 
 
+# ------------------------------------------------------------------------------ built-in types: xpu, hpu
+
+
+def _load_builtin(name: str, devices: int) -> ModuleType:
+    """Serve torch's built-in ``xpu`` or ``hpu`` type: C++ on their dispatch keys, Python stand-ins."""
+    from emulator._build_ext import import_extension
+
+    ext = import_extension()
+    ext.activate(name)  # allocator, guard, hooks, kernels, fallback, autocast for XPU/HPU (C++)
+    ext.set_device_count(devices)
+    if name == "xpu":
+        module = _stand_in_xpu_bindings(ext)
+    else:
+        module = _device_module(name, ext)
+        generic_stats = module.memory_stats
+
+        def memory_stats(device: Any = None) -> dict[str, Any]:
+            """Also under the names Habana's ``torch.hpu.memory_stats()`` uses (DeepSpeed reads ``Limit``)."""
+            stats = generic_stats(device)
+            habana = {"Limit": module.mem_get_info(device)[1], "InUse": stats["allocated_bytes.all.current"],
+                      "MaxInUse": stats["allocated_bytes.all.peak"], "NumAllocs": stats["num_device_alloc"],
+                      "NumFrees": stats["num_device_free"]}
+            return {**stats, **habana}
+
+        module.memory_stats = memory_stats
+        torch._register_device_module(name, module)
+        _stand_in_habana_frameworks(module)
+    _register_collectives(name)
+    return module
+
+
+class _XpuDeviceProperties:
+    """What ``torch.xpu.get_device_properties`` returns (a few of torch's fields, honest values)."""
+
+    def __init__(self, index: int, total_memory: int) -> None:
+        self.name = "Emulated xpu device (host memory, CPU kernels)"
+        self.platform_name = self.vendor = "lightning-anyaccel tests/emulator"
+        self.driver_version = self.version = "emulated"
+        self.type = "gpu"
+        self.total_memory = total_memory
+        self.has_fp16 = self.has_fp64 = self.has_bfloat16_conversions = True
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"_XpuDeviceProperties(name={self.name!r}, total_memory={self.total_memory // 2**20}MB)"
+
+
+def _stand_in_xpu_bindings(ext: Any) -> ModuleType:
+    """The ``torch._C._xpu_*`` bindings a CPU build of torch lacks, so that torch's own ``torch.xpu``
+    (reloaded once they exist) runs on the emulated device; returns ``torch.xpu``."""
+    import importlib
+
+    def memory_stats(device: int) -> dict[str, Any]:
+        nested: dict[str, Any] = {}
+        for key, value in ext.memory_stats(device).items():
+            parts = key.split(".")
+            node = nested
+            for part in parts[:-1]:
+                node = node.setdefault(part, {})
+            node[parts[-1]] = value
+        return nested
+
+    def init() -> None:
+        ext.init()
+        torch.xpu.default_generators = tuple(ext.default_generator(i) for i in range(ext.device_count()))
+        torch.xpu._get_device_properties = lambda device=None: _XpuDeviceProperties(
+            ext.current_device() if device is None or device < 0 else device, ext.mem_get_info(0)[1])
+
+    def exchange(device: int) -> int:
+        previous = ext.current_device()
+        if device >= 0:
+            ext.set_device(device)
+        return previous
+
+    def current_stream(device: int) -> tuple[int, int, int]:
+        stream = torch.accelerator.current_stream(ext.current_device() if device is None or device < 0 else device)
+        return stream.stream_id, stream.device_index, stream.device_type
+
+    def set_stream(stream_id: int = 0, device_index: int = 0, device_type: int = 0) -> None:
+        torch.accelerator.set_stream(torch.Stream(stream_id=stream_id, device_index=device_index,
+                                                  device_type=device_type))
+
+    bindings = {
+        "_has_xpu": True,
+        "_XpuDeviceProperties": _XpuDeviceProperties,
+        "_xpu_getDeviceCount": ext.device_count,
+        "_xpu_init": init,
+        "_xpu_isInBadFork": ext.is_in_bad_fork,
+        "_xpu_getDevice": ext.current_device,
+        "_xpu_setDevice": lambda device: ext.set_device(device) if device >= 0 else None,
+        "_xpu_exchangeDevice": exchange,
+        "_xpu_maybeExchangeDevice": exchange,
+        "_xpu_synchronize": lambda device=None: None,  # every kernel has finished when it returns
+        "_xpu_getArchFlags": lambda: None,
+        "_xpu_canDeviceAccessPeer": lambda device, peer: True,
+        "_xpu_getCurrentStream": current_stream,
+        "_xpu_getCurrentRawStream": lambda device=None: 0,  # no SYCL queue: kernels run on the host
+        "_xpu_setStream": set_stream,
+        "_xpu_memoryStats": memory_stats,
+        "_xpu_resetPeakMemoryStats": ext.reset_peak_memory_stats,
+        "_xpu_resetAccumulatedMemoryStats": ext.reset_accumulated_memory_stats,
+        "_xpu_emptyCache": lambda: None,  # nothing is cached
+        "_xpu_getMemoryInfo": lambda device: tuple(ext.mem_get_info(device)),
+    }
+    # torch.xpu.Stream/Event derive from these: the generic torch.Stream/torch.Event of the device
+    bindings["_XpuStreamBase"] = type("_XpuStreamBase", (torch.Stream,), {"sycl_queue": 0})
+    bindings["_XpuEventBase"] = type("_XpuEventBase", (torch.Event,), {"sycl_event": 0})
+    for key, value in bindings.items():
+        setattr(torch._C, key, value)
+    importlib.reload(torch.xpu.streams)
+    module = importlib.reload(torch.xpu)  # re-reads torch._C._has_xpu and the bindings above
+    module._emulated = True
+    return module
+
+
+def _stand_in_habana_frameworks(hpu: ModuleType) -> None:
+    """The few ``habana_frameworks.torch`` modules Gaudi users import, over the emulated ``torch.hpu``.
+
+    ``core.mark_step()`` ends a lazy-mode graph on Gaudi; the emulator runs every op eagerly, so it
+    has nothing to do. ``distributed.hccl`` is the module whose import registers ``hccl``; the
+    emulator registered it already (``_register_collectives``).
+    """
+    names = ["habana_frameworks", "habana_frameworks.torch", "habana_frameworks.torch.core",
+             "habana_frameworks.torch.hpu", "habana_frameworks.torch.hpu.random", "habana_frameworks.torch.utils",
+             "habana_frameworks.torch.utils.experimental", "habana_frameworks.torch.distributed",
+             "habana_frameworks.torch.distributed.hccl"]
+    modules = {n: ModuleType(n, "Stand-in of the emulated hpu (lightning-anyaccel tests/emulator).") for n in names}
+    modules["habana_frameworks.torch.hpu"] = hpu
+    modules["habana_frameworks.torch.core"].mark_step = lambda *args, **kwargs: None
+    modules["habana_frameworks.torch.core"].hpu = hpu  # DeepSpeed's HPU accelerator reads htcore.hpu.Event
+    for attr in ("get_rng_state", "set_rng_state", "manual_seed", "manual_seed_all", "initial_seed",
+                 "default_generators"):  # DeepSpeed's HPU accelerator seeds through hpu.random
+        setattr(modules["habana_frameworks.torch.hpu.random"], attr, getattr(hpu, attr))
+    modules["habana_frameworks.torch.utils.experimental"]._is_fp16_supported = lambda: True
+    for full, module in modules.items():
+        if full == "habana_frameworks":
+            continue
+        parent, _, child = full.rpartition(".")
+        setattr(modules[parent], child, module)
+    for full, module in modules.items():
+        if full != "habana_frameworks.torch.hpu":
+            module.__path__ = []  # a package: its submodules import
+            module._emulated = True
+        sys.modules.setdefault(full, module)
+    # Lightning-habana and the package find the module through its __spec__ / find_spec.
+    import importlib.machinery
+
+    for full, module in modules.items():
+        if getattr(module, "__spec__", None) is None:
+            module.__spec__ = importlib.machinery.ModuleSpec(full, None, is_package=True)
+
+
 # ------------------------------------------------------------------------------ collectives
 
 
@@ -298,8 +469,40 @@ def _register_collectives(name: str) -> None:
     from emulator.collectives import make_creator
 
     backend = backend_name(name)
-    if backend.upper() not in dist.Backend._plugins:
+    if backend == "xccl":
+        _stand_in_process_group_xccl()
+    elif backend.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(backend, make_creator(name, backend), devices=[name])
+
+
+def _stand_in_process_group_xccl() -> None:
+    """``xccl`` is built into torch: ``init_process_group`` creates it itself, from the binding
+    ``torch._C._distributed_c10d.ProcessGroupXCCL``, before it looks at registered backends, so
+    ``Backend.register_backend("xccl", ...)`` can never be reached. A CPU build lacks that binding
+    (``torch.distributed.distributed_c10d`` then sets ``_XCCL_AVAILABLE = False`` at import, which
+    happens inside ``import torch``, before any emulator code can run). The stand-in is the binding:
+    a ``ProcessGroupXCCL`` with ``Options`` that creates the emulator's process group, set where
+    torch's import would have put it, with ``_XCCL_AVAILABLE``."""
+    from torch.distributed import distributed_c10d as c10d
+
+    from emulator.collectives import make_creator
+
+    create = make_creator("xpu", "xccl")
+
+    class ProcessGroupXCCL:
+        """Stand-in of torch's XCCL binding on the emulated xpu (collectives staged through gloo)."""
+
+        class Options:
+            def __init__(self) -> None:
+                self.global_ranks_in_group: list[int] = []
+                self.group_name = ""
+                self._timeout: Any = None
+
+        def __new__(cls, store: Any, rank: int, size: int, options: Any) -> Any:
+            return create(store, rank, size, options._timeout)
+
+    c10d.ProcessGroupXCCL = ProcessGroupXCCL
+    c10d._XCCL_AVAILABLE = True
 
 
 def autoload_from_env() -> None:

@@ -6,6 +6,7 @@ and the fork checks need a parent that has or has not initialised the device). P
 
 from __future__ import annotations
 
+import copy
 import io
 import os
 import sys
@@ -66,6 +67,7 @@ def main(name: str) -> None:
     assert lin.weight.device.type == name
     assert torch.allclose(lin.weight.cpu(), ref.weight, atol=1e-6), "device training differs from CPU"
     torch.optim.Adam(lin.parameters(), fused=True).step()
+    state_matches_cpu(name)
 
     # a CNN: convolution forward/backward on the device equals CPU's
     conv = torch.nn.Conv2d(3, 4, 3)
@@ -103,8 +105,9 @@ def main(name: str) -> None:
     torch.rand(5)  # CPU draws do not move the device generator
     module.manual_seed_all(7)
     assert torch.equal(a.cpu(), torch.rand(5, device=name).cpu())
-    torch.manual_seed(7)
-    assert torch.equal(a.cpu(), torch.rand(5, device=name).cpu())
+    if name != "hpu":  # torch.manual_seed seeds cuda, xpu, mps, mtia and PrivateUse1 devices, not hpu
+        torch.manual_seed(7)
+        assert torch.equal(a.cpu(), torch.rand(5, device=name).cpu())
     gen = torch.Generator(device=name).manual_seed(3)
     b = torch.randn(3, device=name, generator=gen)
     assert torch.equal(b.cpu(), torch.randn(3, device=name, generator=torch.Generator(device=name).manual_seed(3)).cpu())
@@ -141,8 +144,60 @@ def main(name: str) -> None:
     print("OK")
 
 
+def state_matches_cpu(name: str) -> None:
+    """What kernels change in place, on the device as on the CPU after a few steps: BatchNorm's
+    running statistics (``native_batch_norm`` mutates them without its schema saying so), SGD's
+    momentum buffers, Adam's ``exp_avg``/``exp_avg_sq`` (single-tensor and foreach), in-place ops."""
+    torch.manual_seed(1)
+    cpu_model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5), torch.nn.ReLU(),
+                                    torch.nn.Linear(5, 2))
+    batches = [torch.randn(8, 6) for _ in range(3)]
+    for optimizer, kwargs in ((torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
+                              (torch.optim.Adam, {"lr": 0.01, "foreach": False}),
+                              (torch.optim.Adam, {"lr": 0.01, "foreach": True})):
+        models = {}
+        for dev in ("cpu", name):
+            model = copy.deepcopy(cpu_model).to(dev)
+            opt = optimizer(model.parameters(), **kwargs)
+            for batch in batches:
+                opt.zero_grad()
+                model(batch.to(dev)).pow(2).mean().backward()
+                opt.step()
+            models[dev] = (model, opt)
+        (ref, ref_opt), (got, got_opt) = models["cpu"], models[name]
+        what = f"{optimizer.__name__}({kwargs})"
+        for key, value in ref.state_dict().items():
+            assert got.state_dict()[key].device.type == name, (what, key)
+            assert torch.allclose(got.state_dict()[key].cpu().double(), value.double(), atol=1e-5), \
+                f"{what}: {key} on the device differs from CPU"
+        for ref_param, got_param in zip(ref.parameters(), got.parameters()):
+            for key, value in ref_opt.state[ref_param].items():
+                held = got_opt.state[got_param][key]
+                assert torch.allclose(held.cpu().double(), value.double(), atol=1e-5), \
+                    f"{what}: state {key!r} differs from CPU"
+    assert float(models[name][0][1].running_mean.abs().sum()) > 0, "BatchNorm running_mean never updated"
+
+    # in-place ops, views included: the device tensor itself changes, as on the CPU
+    base = torch.randn(4, 5)
+    results = {}
+    for dev in ("cpu", name):
+        t = base.clone().to(dev)  # .to("cpu") would return base itself
+        t.add_(1).mul_(2).clamp_(-1, 3)
+        t[1].fill_(0.5)
+        t[:, 2].copy_(torch.arange(4.0, device=dev))
+        t.index_add_(0, torch.tensor([0, 3], device=dev), torch.ones(2, 5, device=dev))
+        t.masked_fill_(t > 2.5, -2.0)
+        t.scatter_(1, torch.tensor([[0], [1], [2], [3]], device=dev), 9.0)
+        view = t.view(20)
+        view[::3] += 1
+        torch.relu_(t)
+        results[dev] = t
+    assert torch.equal(results[name].cpu(), results["cpu"]), "in-place ops on the device differ from CPU"
+
+
 def fit(name: str) -> None:
-    """A bf16-mixed Lightning fit through the package's generic path on the emulated ``name``.
+    """A bf16-mixed Lightning fit through the package's generic path on the emulated ``name``
+    (``accelerator="xpu"``/``"hpu"`` by name, as the seeds' READMEs write it, else ``AnyAccelerator()``).
 
     A device type the package's table does not know needs no code either: the package derives its
     spec from torch (``lightning_anyaccel.devices.derive_spec``).
@@ -152,7 +207,9 @@ def fit(name: str) -> None:
     from lightning_anyaccel import AnyAccelerator
     from lightning_anyaccel.demo import DemoModel, demo_loader
     model = DemoModel()
-    trainer = Trainer(accelerator=AnyAccelerator(), devices=1, precision="bf16-mixed", max_steps=6, logger=False,
+    # the seeds' README form for their devices: the accelerator by name (lightning-habana, the Aurora script)
+    accelerator = name if name in ("xpu", "hpu") else AnyAccelerator()
+    trainer = Trainer(accelerator=accelerator, devices=1, precision="bf16-mixed", max_steps=6, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model, demo_loader())
     assert trainer.strategy.root_device == torch.device(name, 0), trainer.strategy.root_device

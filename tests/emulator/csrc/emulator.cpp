@@ -11,7 +11,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/detail/HPUHooksInterface.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/detail/XPUHooksInterface.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/as_strided_cpu_dispatch.h>
@@ -50,6 +52,14 @@ std::atomic<bool> g_initialized{false};
 std::atomic<bool> g_in_bad_fork{false};
 std::atomic<bool> g_count_frozen{false};
 thread_local DeviceIndex t_current_device = 0;
+// The device type this process serves: PrivateUse1 (renamed by the Python side), XPU or HPU.
+// Chosen once by activate(); every registration below is made for it at that moment.
+DeviceType g_type = DeviceType::PrivateUse1;
+c10::DispatchKey g_key = c10::DispatchKey::PrivateUse1;
+
+bool on_device(const at::Tensor& t) {
+  return t.defined() && t.device().type() == g_type;
+}
 // Memory each emulated device reports as its total (free = total - allocated).
 std::atomic<int64_t> g_total_memory{int64_t(16) << 30};
 
@@ -113,7 +123,7 @@ class EmulatorAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     lazy_init();
     const DeviceIndex device = current_device();
-    const c10::Device dev(DeviceType::PrivateUse1, device);
+    const c10::Device dev(g_type, device);
     if (nbytes == 0) {
       return {nullptr, nullptr, &noop_delete, dev};
     }
@@ -239,7 +249,6 @@ void EmulatorAllocator::delete_block(void* ptr) {
   g_allocator.release(ptr);
 }
 
-REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
 // ---------------------------------------------------------------- device guard, streams, events
 
@@ -247,22 +256,20 @@ thread_local c10::StreamId t_current_stream[kMaxDevices] = {};
 std::atomic<c10::StreamId> g_next_stream_id{1};
 
 struct EmulatorGuardImpl final : public c10::impl::DeviceGuardImplInterface {
-  static constexpr DeviceType static_type = DeviceType::PrivateUse1;
-
   DeviceType type() const override {
-    return DeviceType::PrivateUse1;
+    return g_type;
   }
   c10::Device exchangeDevice(c10::Device d) const override {
-    TORCH_CHECK(d.is_privateuseone(), "expected an emulated device, got ", d);
+    TORCH_CHECK(d.type() == g_type, "expected an emulated device, got ", d);
     const DeviceIndex old = current_device();
     if (d.has_index() && d.index() != old) set_device(d.index());
-    return c10::Device(DeviceType::PrivateUse1, old);
+    return c10::Device(g_type, old);
   }
   c10::Device getDevice() const override {
-    return c10::Device(DeviceType::PrivateUse1, current_device());
+    return c10::Device(g_type, current_device());
   }
   void setDevice(c10::Device d) const override {
-    TORCH_CHECK(d.is_privateuseone(), "expected an emulated device, got ", d);
+    TORCH_CHECK(d.type() == g_type, "expected an emulated device, got ", d);
     if (d.has_index()) set_device(d.index());
   }
   void uncheckedSetDevice(c10::Device d) const noexcept override {
@@ -270,16 +277,16 @@ struct EmulatorGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getStream(c10::Device d) const override {
     const DeviceIndex index = d.has_index() ? d.index() : current_device();
-    return c10::Stream(c10::Stream::UNSAFE, c10::Device(DeviceType::PrivateUse1, index),
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(g_type, index),
                        t_current_stream[index]);
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
     const DeviceIndex index = d.has_index() ? d.index() : current_device();
-    return c10::Stream(c10::Stream::DEFAULT, c10::Device(DeviceType::PrivateUse1, index));
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(g_type, index));
   }
   c10::Stream getNewStream(c10::Device d, int) const override {
     const DeviceIndex index = d.has_index() ? d.index() : current_device();
-    return c10::Stream(c10::Stream::UNSAFE, c10::Device(DeviceType::PrivateUse1, index),
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(g_type, index),
                        g_next_stream_id.fetch_add(1));
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override {
@@ -317,7 +324,6 @@ struct EmulatorGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 };
 
-C10_REGISTER_GUARD_IMPL(PrivateUse1, EmulatorGuardImpl);
 
 // ---------------------------------------------------------------- generators
 
@@ -327,8 +333,8 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, EmulatorGuardImpl);
 class EmulatorGenerator : public at::CPUGeneratorImpl {
  public:
   explicit EmulatorGenerator(DeviceIndex index) : at::CPUGeneratorImpl(c10::default_rng_seed_val) {
-    device_ = c10::Device(DeviceType::PrivateUse1, index);
-    key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
+    device_ = c10::Device(g_type, index);
+    key_set_ = c10::DispatchKeySet(g_key);
   }
   void present_as(DeviceType type, DeviceIndex index) {
     device_ = c10::Device(type, type == DeviceType::CPU ? DeviceIndex(-1) : index);
@@ -359,7 +365,13 @@ const at::Generator& default_generator(DeviceIndex index) {
 
 // ---------------------------------------------------------------- hooks
 
-struct EmulatorHooks final : public at::PrivateUse1HooksInterface {
+// What ATen asks an accelerator's hooks (lazy init, device count, generators, pointers). One
+// template serves the three hook interfaces: PrivateUse1HooksInterface (registered with
+// at::RegisterPrivateUse1HooksInterface), XPUHooksInterface and HPUHooksInterface (registered in
+// torch's XPUHooksRegistry / HPUHooksRegistry, which is how torch's own XPU build and Habana's
+// bridge provide them). at::accelerator::getAccelerator() asks these hooks' isBuilt().
+template <class Base>
+struct EmulatorHooks : public Base {
   bool isBuilt() const override {
     return true;
   }
@@ -398,7 +410,7 @@ struct EmulatorHooks final : public at::PrivateUse1HooksInterface {
   at::Device getDeviceFromPtr(void* data) const override {
     const DeviceIndex index = g_allocator.device_of(data);
     TORCH_CHECK(index >= 0, "pointer ", data, " is not emulated device memory");
-    return at::Device(DeviceType::PrivateUse1, index);
+    return at::Device(g_type, index);
   }
   bool isPinnedPtr(const void*) const override {
     return false;
@@ -406,9 +418,9 @@ struct EmulatorHooks final : public at::PrivateUse1HooksInterface {
   at::Allocator* getPinnedMemoryAllocator() const override {
     return at::getCPUAllocator();
   }
-  bool hasCompatibleShallowCopyType(c10::DispatchKeySet, c10::DispatchKeySet) const {
-    return true;
-  }
+};
+
+struct PrivateUse1Hooks final : public EmulatorHooks<at::PrivateUse1HooksInterface> {
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     auto* impl = storage.unsafeGetStorageImpl();
     TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
@@ -423,6 +435,31 @@ struct EmulatorHooks final : public at::PrivateUse1HooksInterface {
   }
 };
 
+struct XPUHooks final : public EmulatorHooks<at::XPUHooksInterface> {
+  bool hasXPU() const override {
+    return true;
+  }
+  std::string showConfig() const override {
+    return "Emulated XPU (tests/emulator): host memory, CPU kernels\n";
+  }
+  int32_t getGlobalIdxFromDevice(const at::Device& device) const override {
+    return device.index();
+  }
+  DeviceIndex getNumGPUs() const override {
+    return device_count();
+  }
+  DeviceIndex current_device() const override {
+    return emulator::current_device();
+  }
+  void deviceSynchronize(DeviceIndex) const override {}  // every kernel has finished
+};
+
+struct HPUHooks final : public EmulatorHooks<at::HPUHooksInterface> {
+  bool hasHPU() const override {
+    return true;
+  }
+};
+
 // ---------------------------------------------------------------- kernels
 
 at::Tensor empty_memory_format(
@@ -434,7 +471,7 @@ at::Tensor empty_memory_format(
               "the emulated device supports strided tensors only");
   TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "pinned memory lives on the CPU");
   const c10::DeviceGuard guard(dev);
-  return at::detail::empty_generic(size, &g_allocator, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+  return at::detail::empty_generic(size, &g_allocator, c10::DispatchKeySet(g_key),
                                    c10::dtype_or_default(dtype), memory_format);
 }
 
@@ -447,7 +484,7 @@ at::Tensor empty_strided(
   TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "pinned memory lives on the CPU");
   const c10::DeviceGuard guard(dev);
   return at::detail::empty_strided_generic(size, stride, &g_allocator,
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::DispatchKeySet(g_key),
                                            c10::dtype_or_default(dtype));
 }
 
@@ -524,9 +561,113 @@ void record_stream(at::Tensor&, c10::Stream) {}  // one synchronous queue per de
 // setup(model, optimizer)) would step stale CPU tensors. Vendors register this, as we do.
 bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
   auto dense = [](const at::Tensor& t) {
-    return t.layout() == at::kStrided && (t.is_cpu() || t.is_privateuseone());
+    return t.layout() == at::kStrided && (t.is_cpu() || t.device().type() == g_type);
   };
   return dense(self) && dense(from);
+}
+
+// ---------------------------------------------------------------- CPU fallback
+
+// Device memory is host memory, so a CPU tensor over the same bytes *is* the device tensor.
+at::Tensor alias_cpu(const at::Tensor& t) {
+  if (t.numel() == 0 || t.data_ptr() == nullptr) return at::empty(t.sizes(), t.options().device(at::kCPU));
+  return as_cpu(t);
+}
+
+bool has_written_argument(const c10::FunctionSchema& schema) {
+  for (const auto& arg : schema.arguments()) {
+    if (arg.alias_info() != nullptr && arg.alias_info()->isWrite()) return true;
+  }
+  return false;
+}
+
+// The device tensors an operator's arguments held, by the address their CPU aliases start at.
+struct Aliases {
+  std::vector<std::pair<const void*, at::Tensor>> originals;
+  std::optional<c10::Device> device;
+
+  at::Tensor alias(const at::Tensor& t) {
+    if (!device) device = t.device();
+    at::Tensor cpu = alias_cpu(t);
+    if (cpu.numel() > 0) originals.emplace_back(cpu.storage().data(), t);
+    return cpu;
+  }
+
+  // A CPU result of the CPU kernel, as a device tensor: a view of a device argument stays a
+  // view of it (same memory), anything else is copied to the device.
+  at::Tensor to_device(const at::Tensor& t) const {
+    if (!t.defined() || !device || t.device().type() != DeviceType::CPU) return t;
+    if (t.numel() > 0 && t.has_storage()) {
+      const void* base = t.storage().data();
+      for (const auto& [start, original] : originals) {
+        if (start == base && t.dtype() == original.dtype()) {
+          return at::cpu::as_strided(original, t.sizes(), t.strides(),
+                                     original.storage_offset() + t.storage_offset());
+        }
+      }
+    }
+    return t.to(*device);
+  }
+
+  c10::IValue to_device(const c10::IValue& iv) const {
+    if (iv.isTensor()) return to_device(iv.toTensor());
+    if (iv.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : iv.toTensorList()) out.push_back(to_device(t));
+      return out;
+    }
+    return iv;
+  }
+};
+
+// Every device tensor among the arguments the schema does not mark as written (tensors, lists
+// of tensors, optional tensors) becomes a CPU alias of the same memory: no copy, and what a CPU
+// kernel mutates without saying so in its schema (native_batch_norm's running_mean/running_var)
+// lands in device memory. Written arguments (in-place and out= ops) go through ATen's CPU
+// fallback, which copies them to the CPU, runs the kernel, copies them back (resizing out=
+// tensors) and returns the original device tensors.
+void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto num_args = schema.arguments().size();
+  const auto base = stack->size() - num_args;
+  const bool writes = has_written_argument(schema);
+  Aliases aliases;
+  for (size_t i = 0; i < num_args; ++i) {
+    const auto* alias_info = schema.arguments()[i].alias_info();
+    if (alias_info != nullptr && alias_info->isWrite()) continue;
+    c10::IValue& iv = (*stack)[base + i];
+    if (iv.isTensor()) {
+      if (on_device(iv.toTensor())) iv = aliases.alias(iv.toTensor());
+    } else if (iv.isList()) {
+      auto list = iv.toList();
+      bool any = false;
+      for (size_t j = 0; j < list.size(); ++j) {
+        const c10::IValue element = list.get(j);
+        any = any || (element.isTensor() && on_device(element.toTensor()));
+      }
+      if (!any) continue;
+      auto copy = list.copy();  // the caller's list stays as it was
+      for (size_t j = 0; j < copy.size(); ++j) {
+        const c10::IValue element = copy.get(j);
+        if (element.isTensor() && on_device(element.toTensor())) copy.set(j, aliases.alias(element.toTensor()));
+      }
+      iv = c10::IValue(copy);
+    } else if (iv.isDevice() && iv.toDevice().type() == g_type) {
+      if (!aliases.device) aliases.device = iv.toDevice();
+      iv = c10::IValue(c10::Device(DeviceType::CPU));
+    }
+  }
+  if (writes) {
+    at::native::cpu_fallback(op, stack);
+  } else {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
+  const auto num_returns = schema.returns().size();
+  const auto rbase = stack->size() - num_returns;
+  for (size_t i = 0; i < num_returns; ++i) {
+    c10::IValue& iv = (*stack)[rbase + i];
+    iv = aliases.to_device(iv);
+  }
 }
 
 // Replace every generator argument (given, or the device default when absent) by the device's
@@ -539,7 +680,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   DeviceIndex device = current_device();
   for (size_t i = 0; i < num_args; ++i) {
     const auto& iv = (*stack)[base + i];
-    if (iv.isTensor() && iv.toTensor().defined() && iv.toTensor().is_privateuseone()) {
+    if (iv.isTensor() && on_device(iv.toTensor())) {
       device = iv.toTensor().device().index();
       break;
     }
@@ -553,7 +694,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (!is_generator) continue;
     c10::IValue& iv = (*stack)[base + i];
     at::Generator gen = iv.isNone() ? default_generator(device) : iv.toGenerator();
-    if (gen.device().type() == DeviceType::PrivateUse1) {
+    if (gen.device().type() == g_type) {
       auto* impl = gen.get<EmulatorGenerator>();
       presented.emplace_back(impl, gen.device().index());
       impl->present_as(DeviceType::CPU, -1);
@@ -561,10 +702,10 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   auto restore = [&presented] {
-    for (auto& [impl, index] : presented) impl->present_as(DeviceType::PrivateUse1, index);
+    for (auto& [impl, index] : presented) impl->present_as(g_type, index);
   };
   try {
-    at::native::cpu_fallback(op, stack);
+    run_on_cpu(op, stack);
   } catch (...) {
     restore();
     throw;
@@ -572,7 +713,96 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   restore();
 }
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+// torch's copy_ handles XPU tensors itself (XPU is one of the device types
+// aten/src/ATen/native/Copy.cpp copies, through copy_stub's XPU slot) instead of calling
+// _copy_from as it does for PrivateUse1 and HPU; a CPU build has no XPU slot, so XPU registers
+// copy_ itself: both sides are host memory (src broadcasts to self as in torch's copy_).
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  copy_from(src, self, non_blocking);
+  return self;
+}
+
+// ---------------------------------------------------------------- autocast
+
+// Ops autocast casts on this device type: matrix products and convolutions run in the lower
+// precision, numerically sensitive ops in float32 (a subset of CUDA's lists). torch registers
+// such lists itself for AutocastXPU, so XPU uses torch's own.
+template <DeviceType T>
+void register_autocast(torch::Library& m) {
+  KERNEL(T, _convolution, deprecated, lower_precision_fp)
+  KERNEL(T, _convolution, lower_precision_fp)
+  KERNEL(T, conv1d, lower_precision_fp)
+  KERNEL(T, conv2d, lower_precision_fp)
+  KERNEL(T, conv3d, lower_precision_fp)
+  KERNEL(T, conv1d, padding, lower_precision_fp)
+  KERNEL(T, conv2d, padding, lower_precision_fp)
+  KERNEL(T, conv3d, padding, lower_precision_fp)
+  KERNEL(T, conv_transpose1d, lower_precision_fp)
+  KERNEL(T, conv_transpose2d, input, lower_precision_fp)
+  KERNEL(T, conv_transpose3d, input, lower_precision_fp)
+  KERNEL(T, convolution, lower_precision_fp)
+  KERNEL(T, addmm, lower_precision_fp)
+  KERNEL(T, addmv, lower_precision_fp)
+  KERNEL(T, addr, lower_precision_fp)
+  KERNEL(T, matmul, lower_precision_fp)
+  KERNEL(T, einsum, lower_precision_fp)
+  KERNEL(T, mm, lower_precision_fp)
+  KERNEL(T, mv, lower_precision_fp)
+  KERNEL(T, linear, lower_precision_fp)
+  KERNEL(T, addbmm, lower_precision_fp)
+  KERNEL(T, baddbmm, lower_precision_fp)
+  KERNEL(T, bmm, lower_precision_fp)
+  KERNEL(T, prelu, lower_precision_fp)
+  KERNEL(T, acos, fp32)
+  KERNEL(T, asin, fp32)
+  KERNEL(T, cosh, fp32)
+  KERNEL(T, erfinv, fp32)
+  KERNEL(T, exp, fp32)
+  KERNEL(T, expm1, fp32)
+  KERNEL(T, log, fp32)
+  KERNEL(T, log10, fp32)
+  KERNEL(T, log2, fp32)
+  KERNEL(T, log1p, fp32)
+  KERNEL(T, reciprocal, fp32)
+  KERNEL(T, rsqrt, fp32)
+  KERNEL(T, sinh, fp32)
+  KERNEL(T, tan, fp32)
+  KERNEL(T, softplus, fp32)
+  KERNEL(T, layer_norm, fp32)
+  KERNEL(T, group_norm, fp32)
+  KERNEL(T, cosine_similarity, fp32)
+  KERNEL(T, nll_loss, fp32)
+  KERNEL(T, nll_loss2d, fp32)
+  KERNEL(T, kl_div, fp32)
+  KERNEL(T, l1_loss, fp32)
+  KERNEL(T, smooth_l1_loss, fp32)
+  KERNEL(T, huber_loss, fp32)
+  KERNEL(T, mse_loss, fp32)
+  KERNEL(T, binary_cross_entropy_with_logits, fp32)
+  KERNEL(T, cdist, fp32)
+  KERNEL(T, cross_entropy_loss, fp32)
+  KERNEL(T, softmax, int, fp32)
+  KERNEL(T, log_softmax, int, fp32)
+  KERNEL(T, sum, fp32)
+  KERNEL(T, cumsum, fp32)
+  KERNEL(T, logsumexp, fp32)
+  KERNEL(T, norm, Scalar, fp32)
+}
+
+// ---------------------------------------------------------------- registration for the chosen type
+
+std::vector<std::unique_ptr<torch::Library>>& libraries() {
+  static std::vector<std::unique_ptr<torch::Library>> libs;
+  return libs;
+}
+
+torch::Library& library(const char* ns, c10::DispatchKey key) {
+  libraries().push_back(std::make_unique<torch::Library>(torch::Library::IMPL, ns, key, __FILE__, __LINE__));
+  return *libraries().back();
+}
+
+void register_kernels() {
+  auto& m = library("aten", g_key);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", as_strided);
@@ -588,101 +818,58 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unfold", unfold);
   m.impl("record_stream", record_stream);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
-}
-
-// Structured ops whose composite (non-functional) form would resize a 0-d `out` tensor in the
-// CPU kernel and warn: send the functional op itself to the CPU fallback.
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // Structured ops whose composite (non-functional) form would resize a 0-d `out` tensor in the
+  // CPU kernel and warn: send the functional op itself to the CPU fallback.
   m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
   // Convolutions: for backends other than CPU/CUDA the composite kernels call
   // convolution_overrideable, which has no CPU kernel; run the CPU convolution instead.
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
   m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  library("_", g_key).fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
-}
-
-// ---------------------------------------------------------------- autocast
-
-// Ops autocast casts on this device type: matrix products and convolutions run in the lower
-// precision, numerically sensitive ops in float32 (a subset of CUDA's lists).
-TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFallthrough());
-}
-
-TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
-  KERNEL_PRIVATEUSEONE(_convolution, deprecated, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(_convolution, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(conv1d, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(conv2d, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(conv3d, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(conv1d, padding, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(conv2d, padding, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(conv3d, padding, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(conv_transpose1d, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(conv_transpose2d, input, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(conv_transpose3d, input, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(convolution, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(addmm, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(addmv, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(addr, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(matmul, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(einsum, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(mm, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(mv, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(linear, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(addbmm, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(baddbmm, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(bmm, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(prelu, lower_precision_fp)
-  KERNEL_PRIVATEUSEONE(acos, fp32)
-  KERNEL_PRIVATEUSEONE(asin, fp32)
-  KERNEL_PRIVATEUSEONE(cosh, fp32)
-  KERNEL_PRIVATEUSEONE(erfinv, fp32)
-  KERNEL_PRIVATEUSEONE(exp, fp32)
-  KERNEL_PRIVATEUSEONE(expm1, fp32)
-  KERNEL_PRIVATEUSEONE(log, fp32)
-  KERNEL_PRIVATEUSEONE(log10, fp32)
-  KERNEL_PRIVATEUSEONE(log2, fp32)
-  KERNEL_PRIVATEUSEONE(log1p, fp32)
-  KERNEL_PRIVATEUSEONE(reciprocal, fp32)
-  KERNEL_PRIVATEUSEONE(rsqrt, fp32)
-  KERNEL_PRIVATEUSEONE(sinh, fp32)
-  KERNEL_PRIVATEUSEONE(tan, fp32)
-  KERNEL_PRIVATEUSEONE(softplus, fp32)
-  KERNEL_PRIVATEUSEONE(layer_norm, fp32)
-  KERNEL_PRIVATEUSEONE(group_norm, fp32)
-  KERNEL_PRIVATEUSEONE(cosine_similarity, fp32)
-  KERNEL_PRIVATEUSEONE(nll_loss, fp32)
-  KERNEL_PRIVATEUSEONE(nll_loss2d, fp32)
-  KERNEL_PRIVATEUSEONE(kl_div, fp32)
-  KERNEL_PRIVATEUSEONE(l1_loss, fp32)
-  KERNEL_PRIVATEUSEONE(smooth_l1_loss, fp32)
-  KERNEL_PRIVATEUSEONE(huber_loss, fp32)
-  KERNEL_PRIVATEUSEONE(mse_loss, fp32)
-  KERNEL_PRIVATEUSEONE(binary_cross_entropy_with_logits, fp32)
-  KERNEL_PRIVATEUSEONE(cdist, fp32)
-  KERNEL_PRIVATEUSEONE(cross_entropy_loss, fp32)
-  KERNEL_PRIVATEUSEONE(softmax, int, fp32)
-  KERNEL_PRIVATEUSEONE(log_softmax, int, fp32)
-  KERNEL_PRIVATEUSEONE(sum, fp32)
-  KERNEL_PRIVATEUSEONE(cumsum, fp32)
-  KERNEL_PRIVATEUSEONE(logsumexp, fp32)
-  KERNEL_PRIVATEUSEONE(norm, Scalar, fp32)
+// Make this process's emulated devices be of `type` ("privateuseone", "xpu" or "hpu"): the
+// allocator, device guard, hooks, kernels, CPU fallback and autocast kernels of that type.
+// Once per process; the Python side (tests/emulator/__init__.py) calls it before anything else.
+void activate(const std::string& type) {
+  static std::once_flag once;
+  static std::string active;
+  bool first = false;
+  std::call_once(once, [&] {
+    first = true;
+    active = type;
+    const DeviceType dt = c10::Device(type).type();
+    TORCH_CHECK(dt == DeviceType::PrivateUse1 || dt == DeviceType::XPU || dt == DeviceType::HPU,
+                "the emulator serves privateuseone, xpu or hpu, not ", type);
+    g_type = dt;
+    g_key = c10::computeDispatchKey(std::nullopt, std::nullopt, c10::Device(dt, 0));  // PrivateUse1/XPU/HPU
+    c10::SetAllocator(dt, &g_allocator);
+    static c10::impl::DeviceGuardImplRegistrar guard(dt, new EmulatorGuardImpl());
+    register_kernels();
+    if (dt == DeviceType::PrivateUse1) {
+      at::RegisterPrivateUse1HooksInterface(new PrivateUse1Hooks());
+      auto& fallthrough = library("_", c10::DispatchKey::AutocastPrivateUse1);
+      fallthrough.fallback(torch::CppFunction::makeFallthrough());
+      register_autocast<DeviceType::PrivateUse1>(library("aten", c10::DispatchKey::AutocastPrivateUse1));
+    } else if (dt == DeviceType::XPU) {
+      // The creator takes no argument (torch >= 2.9) or an XPUHooksArgs (2.8): accept either.
+      at::XPUHooksRegistry()->Register(
+          "XPUHooks", [](auto&&...) -> std::unique_ptr<at::XPUHooksInterface> { return std::make_unique<XPUHooks>(); });
+      library("aten", g_key).impl("copy_", copy_);
+    } else {
+      at::HPUHooksRegistry()->Register(
+          "HPUHooks", [](auto&&...) -> std::unique_ptr<at::HPUHooksInterface> {
+            return std::make_unique<HPUHooks>();
+          });
+      library("_", c10::DispatchKey::AutocastHPU).fallback(torch::CppFunction::makeFallthrough());
+      register_autocast<DeviceType::HPU>(library("aten", c10::DispatchKey::AutocastHPU));
+    }
+  });
+  TORCH_CHECK(first || active == type, "the emulator already serves ", active, " in this process; it can not also serve ", type);
 }
 
 // ---------------------------------------------------------------- registration and Python API
 
-EmulatorHooks* hooks() {
-  static EmulatorHooks* h = [] {
-    auto* created = new EmulatorHooks();
-    at::RegisterPrivateUse1HooksInterface(created);
-    return created;
-  }();
-  return h;
-}
 
 void set_device_count(int count) {
   TORCH_CHECK(count >= 1 && count <= kMaxDevices, "device count must be in [1, ", kMaxDevices, "]");
@@ -721,10 +908,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace emulator;
   static const int registered = [] {
     pthread_atfork(nullptr, nullptr, &child_after_fork);
-    hooks();
     return 1;
   }();
   (void)registered;
+  m.def("activate", &activate, "Serve this device type (privateuseone, xpu, hpu); once per process.");
+  m.def("device_type", [] { return c10::DeviceTypeName(g_type, /*lower_case=*/true); });
   m.def("set_device_count", &set_device_count, "Number of emulated devices (before first use).");
   m.def("device_count", [] { return static_cast<int>(device_count()); });
   m.def("current_device", [] { return static_cast<int>(current_device()); });
