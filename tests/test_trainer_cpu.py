@@ -40,6 +40,7 @@ class _DeviceProbe(Callback):
 
 
 def _fit(model=None, **kwargs):
+    torch.manual_seed(0)  # the same start on every worker, whatever ran before (the losses must fall)
     model = model or DemoModel()
     probe = _DeviceProbe()
     defaults = dict(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
