@@ -50,7 +50,7 @@ TEST_WORKERS ?= 2
 # The seeds' own device types, emulated on torch's XPU/HPU dispatch keys by the same build
 # (docs/emulator.md): the device-generic tests without the spawn/fork start methods of DDP, which
 # exercise the launcher, not the device, and run on `npu` above.
-SEED_DEVICE_TESTS ?= not spawn and not ddp_fork
+SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook
 PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS)
 test: install emulator
 	$(PYTEST)
