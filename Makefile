@@ -49,7 +49,7 @@ emulator: install
 TEST_WORKERS ?= 2
 # The seeds' own device types, emulated on torch's XPU/HPU dispatch keys by the same build
 # (docs/emulator.md): the device-generic tests without the spawn/fork start methods of DDP, which
-# exercise the launcher, not the device, and run on `npu` above.
+# exercise the launcher, not the device, and run on `acme` above; nor notebook 2, which runs on `acme`.
 SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook
 PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS)
 test: install emulator
