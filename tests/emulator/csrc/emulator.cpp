@@ -27,6 +27,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <pthread.h>
 
@@ -108,7 +109,18 @@ struct Block {
   DeviceIndex device;
 };
 
-class EmulatorAllocator final : public c10::DeviceAllocator {
+// c10::DeviceAllocator (what torch.accelerator's memory calls reach) arrived in torch 2.9; on older
+// torch the allocator is a plain c10::Allocator and the same methods are reached only through this
+// extension's own Python functions (the device module), as with a vendor plugin of that time.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+#define EMU_DEVICE_ALLOCATOR_OVERRIDE override
+using EmulatorAllocatorBase = c10::DeviceAllocator;
+#else
+#define EMU_DEVICE_ALLOCATOR_OVERRIDE
+using EmulatorAllocatorBase = c10::Allocator;
+#endif
+
+class EmulatorAllocator final : public EmulatorAllocatorBase {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     lazy_init();
@@ -145,21 +157,21 @@ class EmulatorAllocator final : public c10::DeviceAllocator {
     std::memcpy(dest, src, count);
   }
 
-  bool initialized() override {
+  bool initialized() EMU_DEVICE_ALLOCATOR_OVERRIDE {
     return g_initialized.load();
   }
 
-  void emptyCache(c10::MempoolId_t) override {}  // nothing is cached
+  void emptyCache(c10::MempoolId_t) EMU_DEVICE_ALLOCATOR_OVERRIDE {}  // nothing is cached
 
-  void recordStream(const c10::DataPtr&, c10::Stream) override {}  // one synchronous queue
+  void recordStream(const c10::DataPtr&, c10::Stream) EMU_DEVICE_ALLOCATOR_OVERRIDE {}  // one synchronous queue
 
-  DeviceStats getDeviceStats(DeviceIndex device) override {
+  DeviceStats getDeviceStats(DeviceIndex device) EMU_DEVICE_ALLOCATOR_OVERRIDE {
     check_index(device);
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_[device];
   }
 
-  void resetAccumulatedStats(DeviceIndex device) override {
+  void resetAccumulatedStats(DeviceIndex device) EMU_DEVICE_ALLOCATOR_OVERRIDE {
     check_index(device);
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceStats& s = stats_[device];
@@ -171,7 +183,7 @@ class EmulatorAllocator final : public c10::DeviceAllocator {
     s.num_device_free = 0;
   }
 
-  void resetPeakStats(DeviceIndex device) override {
+  void resetPeakStats(DeviceIndex device) EMU_DEVICE_ALLOCATOR_OVERRIDE {
     check_index(device);
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceStats& s = stats_[device];
@@ -181,7 +193,7 @@ class EmulatorAllocator final : public c10::DeviceAllocator {
     }
   }
 
-  std::pair<size_t, size_t> getMemoryInfo(DeviceIndex device) override {
+  std::pair<size_t, size_t> getMemoryInfo(DeviceIndex device) EMU_DEVICE_ALLOCATOR_OVERRIDE {
     check_index(device);
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t total = g_total_memory.load();
