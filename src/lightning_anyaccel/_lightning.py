@@ -362,6 +362,11 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
     PrivateAttribute(_FABRIC_CONNECTOR, "_num_nodes_flag", "install_connector_hooks"),
     PrivateAttribute(_TRAINER_CONNECTOR, "_check_config_and_set_final_flags", "install_connector_hooks"),
     PrivateAttribute(_FABRIC_CONNECTOR, "_check_config_and_set_final_flags", "install_connector_hooks"),
+    # torch.distributed: a third-party backend's creator and the group it returns (torch >= 2.15's
+    # flight recorder needs the group's default backend; docs/limitations.md)
+    PrivateAttribute("torch.distributed.Backend", "_plugins", "distributed.adopt_whole_group_backend"),
+    PrivateAttribute("torch.distributed.ProcessGroup", "_backend_id", "distributed._name_the_default_backend"),
+    PrivateAttribute("torch.distributed.ProcessGroup", "_set_default_backend", "distributed._name_the_default_backend"),
 )
 
 

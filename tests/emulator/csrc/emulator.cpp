@@ -113,9 +113,11 @@ struct Block {
 // torch the allocator is a plain c10::Allocator and the same methods are reached only through this
 // extension's own Python functions (the device module), as with a vendor plugin of that time.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+#define EMU_DEVICE_ALLOCATOR 1
 #define EMU_DEVICE_ALLOCATOR_OVERRIDE override
 using EmulatorAllocatorBase = c10::DeviceAllocator;
 #else
+#define EMU_DEVICE_ALLOCATOR 0
 #define EMU_DEVICE_ALLOCATOR_OVERRIDE
 using EmulatorAllocatorBase = c10::Allocator;
 #endif
@@ -161,9 +163,11 @@ class EmulatorAllocator final : public EmulatorAllocatorBase {
     return g_initialized.load();
   }
 
-  void emptyCache(c10::MempoolId_t) EMU_DEVICE_ALLOCATOR_OVERRIDE {}  // nothing is cached
+#if EMU_DEVICE_ALLOCATOR
+  void emptyCache(c10::MempoolId_t) override {}  // nothing is cached
 
-  void recordStream(const c10::DataPtr&, c10::Stream) EMU_DEVICE_ALLOCATOR_OVERRIDE {}  // one synchronous queue
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}  // one synchronous queue
+#endif
 
   DeviceStats getDeviceStats(DeviceIndex device) EMU_DEVICE_ALLOCATOR_OVERRIDE {
     check_index(device);
