@@ -113,11 +113,11 @@ struct Block {
 // torch the allocator is a plain c10::Allocator and the same methods are reached only through this
 // extension's own Python functions (the device module), as with a vendor plugin of that time.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
-#define EMU_DEVICE_ALLOCATOR 1
+#define EMU_TORCH_2_9 1
 #define EMU_DEVICE_ALLOCATOR_OVERRIDE override
 using EmulatorAllocatorBase = c10::DeviceAllocator;
 #else
-#define EMU_DEVICE_ALLOCATOR 0
+#define EMU_TORCH_2_9 0
 #define EMU_DEVICE_ALLOCATOR_OVERRIDE
 using EmulatorAllocatorBase = c10::Allocator;
 #endif
@@ -163,7 +163,7 @@ class EmulatorAllocator final : public EmulatorAllocatorBase {
     return g_initialized.load();
   }
 
-#if EMU_DEVICE_ALLOCATOR
+#if EMU_TORCH_2_9
   void emptyCache(c10::MempoolId_t) override {}  // nothing is cached
 
   void recordStream(const c10::DataPtr&, c10::Stream) override {}  // one synchronous queue
@@ -605,6 +605,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("record_stream", record_stream);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
+
+#if !EMU_TORCH_2_9
+// torch < 2.9: a PrivateUse1 kernel for this CompositeImplicitAutograd op hides the composite one
+// from AutogradPrivateUse1 too ("Could not run ... from the 'Autogradnpu' backend" in Module.to).
+// It returns a bool, so the same kernel serves the autograd key.
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+}
+#endif
 
 // Structured ops whose composite (non-functional) form would resize a 0-d `out` tensor in the
 // CPU kernel and warn: send the functional op itself to the CPU fallback.
