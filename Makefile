@@ -158,7 +158,7 @@ test-compat: $(addprefix compat-env-,$(COMPAT_ENDS))
 	  echo "== $$end end: $$($$py -c 'import lightning, pytorch_lightning, torch; print("lightning", lightning.__version__, "pytorch_lightning", pytorch_lightning.__version__, "torch", torch.__version__)')"; \
 	  case $$end in \
 	    torch-*) $$py -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(COMPAT_TORCH_TESTS); \
-	             $$py -m pytest -q -p no:cacheprovider -p no:xdist -m device_generic --device $(COMPAT_EMULATED) tests;; \
+	             $$py -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m device_generic --device $(COMPAT_EMULATED) tests;; \
 	    *) $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS);; \
 	  esac; \
 	done

@@ -607,11 +607,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 #if !EMU_TORCH_2_9
-// torch < 2.9: a PrivateUse1 kernel for this CompositeImplicitAutograd op hides the composite one
-// from AutogradPrivateUse1 too ("Could not run ... from the 'Autogradnpu' backend" in Module.to).
-// It returns a bool, so the same kernel serves the autograd key.
-TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
-  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+// torch < 2.9 has no fallback for AutogradPrivateUse1: an op without an autograd kernel of its own
+// (FSDP2's fsdp::all_gather_copy_in; a composite op this backend overrides, such as
+// _has_compatible_shallow_copy_type in Module.to) fails with "Could not run ... from the
+// 'Autograd<device>' backend". Fall through to the device's kernel (docs/limitations.md).
+TORCH_LIBRARY_IMPL(_, AutogradPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
 }
 #endif
 
