@@ -15,7 +15,8 @@ not promise (names starting with ``_``):
 - :data:`PRIVATE_NAMES` and :data:`PRIVATE_ATTRIBUTES` list every private module attribute and
   every private attribute of a Lightning object the package reads or writes, with the package
   function that depends on it (``tests/test_lightning_contract.py`` checks them on the installed
-  Lightning, and checks that the package uses no private name that is not listed here);
+  Lightning, and checks that the package uses no private name that is not listed here); the few
+  private names of ``torch.distributed`` the package touches are listed there too;
 - :func:`private` is how the package reads a private module attribute;
 - :func:`install_connector_hooks` teaches Lightning's accelerator connectors (Trainer and Fabric)
   to ask :mod:`lightning_anyaccel.policy` which strategy to use with the package's accelerator;
