@@ -112,8 +112,8 @@ lock: install
 #   nvidia-* libraries; uv keeps them in $(UV_CACHE_DIR)) and $(LOCK). They run $(COMPAT_TESTS) and
 #   $(COMPAT_TORCH_TESTS) on CPU, then the device-generic tests on the emulated accelerator compiled
 #   for that torch (tests/emulator/_build/torch-<version>-...).
-# `make test` already runs these files on the main environment, so CI runs
-# `make test-compat COMPAT_ENDS="oldest torch-oldest torch-newest"` (.ci/run).
+# `make test` already runs these files on the main environment, so CI (.ci/run) runs the ends
+# oldest, torch-oldest and torch-newest.
 COMPAT_DIR ?= .compat
 COMPAT_ENDS ?= newest oldest torch-oldest torch-newest
 COMPAT_TESTS ?= $(wildcard tests/test_lightning_contract.py) tests/test_compat_fit.py
