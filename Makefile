@@ -123,7 +123,6 @@ COMPAT_OLDEST := $(COMPAT_DIR)/oldest
 COMPAT_PYTHON_oldest = $(COMPAT_OLDEST)/bin/python
 COMPAT_PYTHON_torch-oldest = $(COMPAT_DIR)/torch-oldest/bin/python
 COMPAT_PYTHON_torch-newest = $(COMPAT_DIR)/torch-newest/bin/python
-COMPAT_PYTHON_newest = $(PYTHON)
 export UV_CACHE_DIR ?= $(abspath $(COMPAT_DIR))/uv-cache
 
 # --compile-bytecode: like pip, so that no process pays for compiling torch and Lightning (not even
