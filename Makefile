@@ -5,6 +5,10 @@
 
 VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
+# The main environment's torch when none is importable: the CPU build at hand on the project's
+# machines (about 30 s to install). The newest release (2.15.0) is not the default: PyPI has only its
+# CUDA build (with its nvidia-* libraries about 4.5 GB to download and unpack into every fresh
+# environment) and so far only the test-compat files ran on it (torch-newest, below).
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 # The dev/CI tools and the package's dependencies, pinned with hashes (`make lock` regenerates it).
@@ -93,20 +97,38 @@ bench: install
 LOCK_ARGS ?=
 UV_COMPILE = $(PYTHON) -m uv pip compile -q --generate-hashes --universal --python-version 3.10 \
 	--overrides requirements/no-torch.txt --custom-compile-command "make lock" $(LOCK_ARGS)
+UV_TORCH_COMPILE = $(PYTHON) -m uv pip compile -q --generate-hashes --universal -c $(LOCK) \
+	--custom-compile-command "make lock" $(LOCK_ARGS)
 lock: install
 	$(UV_COMPILE) pyproject.toml requirements/dev.in --extra test --extra docs --extra bench --extra deepspeed --extra workloads -o $(LOCK)
 	$(UV_COMPILE) requirements/compat-oldest.in -o requirements/compat-oldest.lock
 	$(PYTHON) requirements/drop_unreachable.py $(LOCK) requirements/compat-oldest.lock
+	@# the torch ends: that torch and what it needs, the packages shared with $(LOCK) at its versions
+	@# (torch >= 2.15 needs Python >= 3.11)
+	$(UV_TORCH_COMPILE) --python-version 3.10 requirements/torch-oldest.in -o requirements/torch-oldest.lock
+	$(UV_TORCH_COMPILE) --python-version 3.11 requirements/torch-newest.in -o requirements/torch-newest.lock
 
-# The contract tests and a short real fit (both front ends) on each end of the supported Lightning
-# range: `newest` is this environment ($(LOCK)); `oldest` is a cached venv in $(COMPAT_DIR) built from
-# requirements/compat-oldest.lock and the same torch. `make test` already runs these files on the
-# newest end, so CI runs `make test-compat COMPAT_ENDS=oldest`.
+# The ends of the supported ranges, each in its own environment:
+# - Lightning: `newest` is this environment ($(LOCK)); `oldest` is a cached venv in $(COMPAT_DIR) built
+#   from requirements/compat-oldest.lock and the same torch. Both run $(COMPAT_TESTS): the contract
+#   tests and a short real fit (both front ends).
+# - torch: `torch-oldest` (the floor the package claims: pyproject.toml, _compat.py) and `torch-newest`
+#   (the newest release), each a cached venv in $(COMPAT_DIR) built from requirements/torch-<end>.lock
+#   (that torch as the index has it: the CUDA build, which runs on CPU but imports only with its
+#   nvidia-* libraries; uv keeps them in $(UV_CACHE_DIR)) and $(LOCK). They run $(COMPAT_TESTS) and
+#   $(COMPAT_TORCH_TESTS) on CPU, then the device-generic tests on the emulated accelerator compiled
+#   for that torch (tests/emulator/_build/torch-<version>-...).
+# `make test` already runs these files on the main environment, so CI (.ci/run) runs the ends
+# oldest, torch-oldest and torch-newest.
 COMPAT_DIR ?= .compat
-COMPAT_ENDS ?= newest oldest
+COMPAT_ENDS ?= newest oldest torch-oldest torch-newest
 COMPAT_TESTS ?= $(wildcard tests/test_lightning_contract.py) tests/test_compat_fit.py
+COMPAT_TORCH_TESTS ?= tests/test_compat_torch.py
+COMPAT_EMULATED ?= emulated:npu
 COMPAT_OLDEST := $(COMPAT_DIR)/oldest
 COMPAT_PYTHON_oldest = $(COMPAT_OLDEST)/bin/python
+COMPAT_PYTHON_torch-oldest = $(COMPAT_DIR)/torch-oldest/bin/python
+COMPAT_PYTHON_torch-newest = $(COMPAT_DIR)/torch-newest/bin/python
 export UV_CACHE_DIR ?= $(abspath $(COMPAT_DIR))/uv-cache
 
 # --compile-bytecode: like pip, so that no process pays for compiling torch and Lightning (not even
@@ -119,13 +141,33 @@ $(COMPAT_OLDEST)/.installed: requirements/compat-oldest.lock | install
 	$(PYTHON) -m uv pip install -q --compile-bytecode --python $(COMPAT_PYTHON_oldest) --require-hashes --no-deps -r requirements/compat-oldest.lock
 	@touch $@
 
+# A torch end: the lock of that torch and $(LOCK), every hash checked, nothing resolved; then the
+# package (editable, so the tests import this checkout) and the emulator compiled for that torch.
+$(COMPAT_DIR)/torch-%/.installed: requirements/torch-%.lock $(LOCK) pyproject.toml | install
+	rm -rf $(COMPAT_DIR)/torch-$*
+	$(PYTHON) -m uv venv -q --python $(PYTHON) $(COMPAT_DIR)/torch-$*
+	DS_BUILD_OPS=0 $(PYTHON) -m uv pip install -q --compile-bytecode --python $(COMPAT_PYTHON_torch-$*) \
+		--require-hashes --no-deps -r $(LOCK) -r requirements/torch-$*.lock
+	$(PYTHON) -m uv pip install -q --python $(COMPAT_PYTHON_torch-$*) --no-deps --no-build-isolation -e .
+	MAX_JOBS=2 $(COMPAT_PYTHON_torch-$*) tests/emulator/_build_ext.py
+	@touch $@
+
 compat-env-newest: install
 compat-env-oldest: $(COMPAT_OLDEST)/.installed
-.PHONY: compat-env-newest compat-env-oldest
+compat-env-torch-oldest: $(COMPAT_DIR)/torch-oldest/.installed
+compat-env-torch-newest: $(COMPAT_DIR)/torch-newest/.installed
+.PHONY: compat-env-newest compat-env-oldest compat-env-torch-oldest compat-env-torch-newest
 
 test-compat: $(addprefix compat-env-,$(COMPAT_ENDS))
 	@set -e; for end in $(COMPAT_ENDS); do \
-	  py=$$( [ $$end = oldest ] && echo $(COMPAT_PYTHON_oldest) || echo $(PYTHON) ); \
+	  case $$end in \
+	    oldest) py=$(COMPAT_PYTHON_oldest);; torch-oldest) py=$(COMPAT_PYTHON_torch-oldest);; \
+	    torch-newest) py=$(COMPAT_PYTHON_torch-newest);; *) py=$(PYTHON);; \
+	  esac; \
 	  echo "== $$end end: $$($$py -c 'import lightning, pytorch_lightning, torch; print("lightning", lightning.__version__, "pytorch_lightning", pytorch_lightning.__version__, "torch", torch.__version__)')"; \
-	  $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS); \
+	  case $$end in \
+	    torch-*) $$py -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(COMPAT_TORCH_TESTS); \
+	             $$py -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m device_generic --device $(COMPAT_EMULATED) tests;; \
+	    *) $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS);; \
+	  esac; \
 	done

@@ -35,6 +35,7 @@ from lightning_anyaccel import (
     AnyDeepSpeedStrategy,
     AnyFSDPStrategy,
     AnyModelParallelStrategy,
+    runtime,
 )
 
 STRATEGIES = ("ddp", "fsdp", "fsdp_sharded", "fsdp2", "fsdp2_full", "deepspeed_1", "deepspeed_2", "deepspeed_3",
@@ -160,7 +161,9 @@ def live_device_bytes(device: torch.device) -> int:
     """Bytes allocated on ``device`` (host bytes on CPU, where the model lives in host memory)."""
     if device.type == "cpu":
         return live_host_bytes()
-    return int(torch.accelerator.memory_allocated(device.index))
+    # the package's memory statistics: torch.accelerator's where this torch has them (2.9 and newer),
+    # the device module's otherwise
+    return int(runtime.memory_stats(device)["allocated_bytes.all.current"])
 
 
 class Report(Callback):

@@ -91,8 +91,10 @@ def install_fake_device(monkeypatch: Any, device_type: str, count: int = 2, *, i
     monkeypatch.setattr(torch, "get_device_module", get_device_module)
     monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: current)
     monkeypatch.setattr(torch.accelerator, "set_device_index", lambda index: fake.calls.append(("set_device_index", index)))
-    monkeypatch.setattr(torch.accelerator, "memory_stats", lambda index=None: fake.memory_stats(index))
-    monkeypatch.setattr(torch.accelerator, "empty_cache", fake.empty_cache)
+    # torch.accelerator.memory_stats/empty_cache are newer than the floor (2.8 lacks them): the fake
+    # adds them where torch has none, and tests of the package's fallback remove them again.
+    monkeypatch.setattr(torch.accelerator, "memory_stats", lambda index=None: fake.memory_stats(index), raising=False)
+    monkeypatch.setattr(torch.accelerator, "empty_cache", fake.empty_cache, raising=False)
     monkeypatch.setattr(torch.amp, "is_autocast_available",
                         lambda name: True if name == device_type else real_autocast_available(name))
     if backend is not None:

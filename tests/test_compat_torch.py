@@ -159,3 +159,51 @@ def test_the_features_of_this_torch_are_reported():
         "accelerator.empty_cache", "accelerator.set_device_index", "accelerator.random",
     }
     assert all(isinstance(v, bool) for v in features.values())
+
+
+# --- a backend whose creator returns its own ProcessGroup (torch >= 2.15's flight recorder) -----
+
+
+class _WholeGroup(torch.distributed.ProcessGroup):
+    """A Python process group as some vendors' creators return it: one gloo backend, no default named."""
+
+    def __init__(self, store, rank, size, timeout) -> None:
+        super().__init__(rank, size)
+        self.defaults: list = []
+        self._gloo = torch.distributed.ProcessGroupGloo(store, rank, size, timeout)
+        self._register_backend(torch.device("cpu"), torch.distributed.ProcessGroup.BackendType.CUSTOM, self._gloo)
+
+    def _set_default_backend(self, backend_type) -> None:  # recorded, then torch's own
+        self.defaults.append(backend_type)
+        super()._set_default_backend(backend_type)
+
+    def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
+        return "wholegroup"
+
+    def allreduce(self, tensors, opts=None):
+        return self._gloo.allreduce(tensors)
+
+
+def test_a_backend_returning_its_own_process_group_gets_its_default_backend():
+    """Without a default backend, torch 2.15 fails creating the group ("Could not find the default backend type")."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from lightning_anyaccel.distributed import resolve_backend
+
+    created = []
+    if "WHOLEGROUP" not in dist.Backend._plugins:
+        dist.Backend.register_backend("wholegroup", lambda *args: created.append(_WholeGroup(*args)) or created[-1],
+                                      devices=["cpu"])
+    assert not dist.is_initialized()
+    assert resolve_backend(torch.device("cpu"), explicit="wholegroup") == "wholegroup"
+    resolve_backend(torch.device("cpu"), explicit="wholegroup")  # wrapped once only
+    dist.init_process_group("wholegroup", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60))
+    try:
+        tensor = torch.ones(2)
+        dist.all_reduce(tensor)
+        assert tensor.tolist() == [1.0, 1.0]
+        assert created[-1].defaults == [dist.ProcessGroup.BackendType.CUSTOM]
+    finally:
+        dist.destroy_process_group()

@@ -28,6 +28,8 @@ COMPROMISED = ("2.6.2", "2.6.3")
 LIGHTNING_NAMES = {"lightning", "pytorch-lightning", "lightning-fabric"}
 #: The ends of the range that `make test-compat` runs (see docs/installation.md).
 TESTED = {"oldest": "2.5.6", "newest": "2.6.6"}
+#: The torch ends of `make test-compat` (requirements/torch-<end>.in; the floor is _compat.MIN_TORCH).
+TESTED_TORCH = {"torch-oldest": "2.8.0", "torch-newest": "2.15.0"}
 
 
 def _pyproject() -> list[str]:
@@ -130,10 +132,30 @@ def test_the_locks_pin_the_tested_ends():
 def test_every_lock_entry_has_a_hash():
     for path in sorted((ROOT / "requirements").glob("*.lock")):
         text = re.sub(r"\\\n", " ", path.read_text())
+        torch_end = path.stem in TESTED_TORCH  # the torch ends' locks pin torch itself; no other lock may
         for line in text.splitlines():
             if line.strip() and not line.lstrip().startswith("#"):
                 assert "--hash=sha256:" in line, f"{path.name}: no hash for {line.split()[0]}"
-                assert not line.split()[0].lower().startswith("torch=="), f"{path.name}: torch must stay outside the lock"
+                if not torch_end:
+                    assert not line.split()[0].lower().startswith("torch=="), f"{path.name}: torch must stay outside the lock"
+
+
+def test_the_torch_ends_are_the_floor_and_the_documented_newest():
+    """`make test-compat`'s torch ends lock the versions the docs name, and the oldest is the import-time floor."""
+    from lightning_anyaccel import _compat
+
+    for end, version in TESTED_TORCH.items():
+        assert f"torch=={version}" in _requirements_file(ROOT / "requirements" / f"{end}.lock"), end
+    assert tuple(int(p) for p in TESTED_TORCH["torch-oldest"].split(".")[:2]) == _compat.MIN_TORCH
+    ran = tomllib.loads((ROOT / "docs" / "validation.toml").read_text())["torch"]
+    page = (ROOT / "docs" / "installation.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for version in TESTED_TORCH.values():
+        assert any(v.split("+")[0] == version for v in ran), f"docs/validation.toml [torch] must list {version}"
+    for version, run in ran.items():
+        assert run.get("date") and run.get("what"), f"docs/validation.toml [torch.{version!r}]: say when and what ran"
+        assert version in page, f"docs/installation.md's tested versions must list torch {version}"
+        assert version.split("+")[0] in readme, f"README.md's status must list torch {version}"
 
 
 def test_the_checker_catches_an_open_range():

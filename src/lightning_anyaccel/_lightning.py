@@ -15,7 +15,8 @@ not promise (names starting with ``_``):
 - :data:`PRIVATE_NAMES` and :data:`PRIVATE_ATTRIBUTES` list every private module attribute and
   every private attribute of a Lightning object the package reads or writes, with the package
   function that depends on it (``tests/test_lightning_contract.py`` checks them on the installed
-  Lightning, and checks that the package uses no private name that is not listed here);
+  Lightning, and checks that the package uses no private name that is not listed here); the few
+  private names of ``torch.distributed`` the package touches are listed there too;
 - :func:`private` is how the package reads a private module attribute;
 - :func:`install_connector_hooks` teaches Lightning's accelerator connectors (Trainer and Fabric)
   to ask :mod:`lightning_anyaccel.policy` which strategy to use with the package's accelerator;
@@ -373,6 +374,11 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
     PrivateAttribute(_FABRIC_CONNECTOR, "_num_nodes_flag", "install_connector_hooks"),
     PrivateAttribute(_TRAINER_CONNECTOR, "_check_config_and_set_final_flags", "install_connector_hooks"),
     PrivateAttribute(_FABRIC_CONNECTOR, "_check_config_and_set_final_flags", "install_connector_hooks"),
+    # torch.distributed: a third-party backend's creator and the group it returns (torch >= 2.15's
+    # flight recorder needs the group's default backend; docs/limitations.md)
+    PrivateAttribute("torch.distributed.Backend", "_plugins", "distributed.adopt_whole_group_backend"),
+    PrivateAttribute("torch.distributed.ProcessGroup", "_backend_id", "distributed._name_the_default_backend"),
+    PrivateAttribute("torch.distributed.ProcessGroup", "_set_default_backend", "distributed._name_the_default_backend"),
 )
 
 

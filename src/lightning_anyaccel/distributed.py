@@ -15,7 +15,11 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import importlib
+import logging
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,8 +28,13 @@ from lightning_anyaccel import runtime
 from lightning_anyaccel.devices import NOT_REAL_BACKENDS, derive_backend, get_spec
 from lightning_anyaccel.troubleshooting import LinkedError
 
+log = logging.getLogger(__name__)
+
 #: Backends that never carry real collectives.
 _NOT_REAL_BACKENDS = NOT_REAL_BACKENDS
+
+#: Marks a backend creator that :func:`adopt_whole_group_backend` already wrapped.
+_ADOPTED = "__lightning_anyaccel_adopted__"
 
 
 class BackendError(LinkedError, RuntimeError):
@@ -85,7 +94,56 @@ def resolve_backend(device: torch.device, explicit: str | None = None) -> str:
                f"{spec.name} has no collective backend in this PyTorch: use devices=1, or register the vendor's"
                f" backend with `torch.distributed.Backend.register_backend(NAME, create_fn, devices=[{device.type!r}])`.")
         )
+    adopt_whole_group_backend(name)
     return name
+
+
+def adopt_whole_group_backend(name: str) -> None:
+    """Let a registered backend whose creator returns a whole ``ProcessGroup`` work on torch >= 2.15.
+
+    Vendors register a backend with ``Backend.register_backend(name, creator, devices=[...])``. When
+    the creator returns a ``c10d.Backend``, torch registers it on the group it builds and names it the
+    group's default. When the creator returns a ``ProcessGroup`` subclass of its own (a Python
+    process group), torch uses that group as it is; torch 2.15 then attaches its flight recorder to
+    it, which looks the group up through its default backend and fails with "Could not find the
+    default backend type 0 for Process Group" unless the creator called ``_set_default_backend``
+    (docs/limitations.md). This wraps such a creator once: a group it returns that registered
+    exactly one backend type gets that type as its default, as torch does for the groups it builds;
+    a group with several types is left as it is. Backends built into torch are not touched.
+    """
+    plugins: dict[str, Any] = getattr(dist.Backend, "_plugins", {})
+    plugin = plugins.get(name.upper())
+    if plugin is None or getattr(plugin.creator_fn, _ADOPTED, False):
+        return
+    creator: Callable[..., Any] = plugin.creator_fn
+
+    @functools.wraps(creator)
+    def create(*args: Any, **kwargs: Any) -> Any:
+        group = creator(*args, **kwargs)
+        if isinstance(group, dist.ProcessGroup):
+            _name_the_default_backend(group, name)
+        return group
+
+    setattr(create, _ADOPTED, True)
+    plugins[name.upper()] = type(plugin)(creator_fn=create, extended_api=plugin.extended_api)
+
+
+def _name_the_default_backend(group: dist.ProcessGroup, name: str) -> None:
+    """Make the one backend type ``group`` registered its default (see :func:`adopt_whole_group_backend`)."""
+    registered = []
+    for backend_type in dist.ProcessGroup.BackendType.__members__.values():
+        try:
+            group._backend_id(backend_type)
+        except RuntimeError:  # no backend of this type on the group
+            continue
+        registered.append(backend_type)
+    if len(registered) != 1:
+        log.debug("lightning-anyaccel: backend %r returned a process group with backend types %s; its default"
+                  " backend is left as the vendor set it", name, registered)
+        return
+    group._set_default_backend(registered[0])
+    log.debug("lightning-anyaccel: backend %r returned its own process group: its %s backend is the group's default",
+              name, registered[0])
 
 
 def _try_import(module: str) -> None:

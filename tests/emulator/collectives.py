@@ -54,6 +54,10 @@ class EmulatorProcessGroup(dist.ProcessGroup):
         # torch asks the group for its backend object per device type (`_get_backend`, e.g. when
         # init_process_group gets a `device_id`): answer with the gloo transport underneath.
         self._register_backend(torch.device(device_type), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
+        # ... and name that backend the group's default, as torch does for the groups it builds from
+        # a registered backend: torch >= 2.15 attaches its flight recorder to every new group and
+        # looks the group up through its default backend ("Could not find the default backend type").
+        self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
 
     # identity
     def getBackendName(self) -> str:  # noqa: N802 (c10d's name)

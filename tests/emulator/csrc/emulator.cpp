@@ -29,6 +29,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <pthread.h>
 
@@ -118,7 +119,20 @@ struct Block {
   DeviceIndex device;
 };
 
-class EmulatorAllocator final : public c10::DeviceAllocator {
+// c10::DeviceAllocator (what torch.accelerator's memory calls reach) arrived in torch 2.9; on older
+// torch the allocator is a plain c10::Allocator and the same methods are reached only through this
+// extension's own Python functions (the device module), as with a vendor plugin of that time.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+#define EMU_TORCH_2_9 1
+#define EMU_DEVICE_ALLOCATOR_OVERRIDE override
+using EmulatorAllocatorBase = c10::DeviceAllocator;
+#else
+#define EMU_TORCH_2_9 0
+#define EMU_DEVICE_ALLOCATOR_OVERRIDE
+using EmulatorAllocatorBase = c10::Allocator;
+#endif
+
+class EmulatorAllocator final : public EmulatorAllocatorBase {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     lazy_init();
@@ -155,21 +169,23 @@ class EmulatorAllocator final : public c10::DeviceAllocator {
     std::memcpy(dest, src, count);
   }
 
-  bool initialized() override {
+  bool initialized() EMU_DEVICE_ALLOCATOR_OVERRIDE {
     return g_initialized.load();
   }
 
+#if EMU_TORCH_2_9
   void emptyCache(c10::MempoolId_t) override {}  // nothing is cached
 
   void recordStream(const c10::DataPtr&, c10::Stream) override {}  // one synchronous queue
+#endif
 
-  DeviceStats getDeviceStats(DeviceIndex device) override {
+  DeviceStats getDeviceStats(DeviceIndex device) EMU_DEVICE_ALLOCATOR_OVERRIDE {
     check_index(device);
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_[device];
   }
 
-  void resetAccumulatedStats(DeviceIndex device) override {
+  void resetAccumulatedStats(DeviceIndex device) EMU_DEVICE_ALLOCATOR_OVERRIDE {
     check_index(device);
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceStats& s = stats_[device];
@@ -181,7 +197,7 @@ class EmulatorAllocator final : public c10::DeviceAllocator {
     s.num_device_free = 0;
   }
 
-  void resetPeakStats(DeviceIndex device) override {
+  void resetPeakStats(DeviceIndex device) EMU_DEVICE_ALLOCATOR_OVERRIDE {
     check_index(device);
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceStats& s = stats_[device];
@@ -191,7 +207,7 @@ class EmulatorAllocator final : public c10::DeviceAllocator {
     }
   }
 
-  std::pair<size_t, size_t> getMemoryInfo(DeviceIndex device) override {
+  std::pair<size_t, size_t> getMemoryInfo(DeviceIndex device) EMU_DEVICE_ALLOCATOR_OVERRIDE {
     check_index(device);
     std::lock_guard<std::mutex> lock(mutex_);
     const int64_t total = g_total_memory.load();
@@ -827,6 +843,16 @@ void register_kernels() {
   m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
   library("_", g_key).fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
+
+#if !EMU_TORCH_2_9
+// torch < 2.9 has no fallback for AutogradPrivateUse1: an op without an autograd kernel of its own
+// (FSDP2's fsdp::all_gather_copy_in; a composite op this backend overrides, such as
+// _has_compatible_shallow_copy_type in Module.to) fails with "Could not run ... from the
+// 'Autograd<device>' backend". Fall through to the device's kernel (docs/limitations.md).
+TORCH_LIBRARY_IMPL(_, AutogradPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+#endif
 
 // Make this process's emulated devices be of `type` ("privateuseone", "xpu" or "hpu"): the
 // allocator, device guard, hooks, kernels, CPU fallback and autocast kernels of that type.
