@@ -166,6 +166,42 @@ def summarize(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
+
+def interleave(variants: dict[str, Any], reps: int, first: int = 0) -> tuple[dict[str, list[float]], dict[str, list[float]], str]:
+    """Run each variant once per round, round after round, so that load drifts hit all alike.
+
+    ``variants`` maps a name to ``fn(rep) -> (steps per wall-second, steps per CPU-second)``; the
+    rounds are numbered from ``first``. Returns the wall and CPU samples per variant and the order
+    of the first two rounds (for the report).
+    """
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    cpu_samples: dict[str, list[float]] = {name: [] for name in variants}
+    order: list[str] = []
+    for rep in range(first, first + reps):
+        for name, fn in variants.items():
+            wall, cpu = fn(rep)
+            samples[name].append(wall)
+            cpu_samples[name].append(cpu)
+            order.append(name)
+    return samples, cpu_samples, ", ".join(order[: 2 * len(variants)]) + ", ..."
+
+
+def plugin_ratios(samples: dict[str, list[float]], cpu_samples: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """``plugin/builtin`` and ``plugin/plain``, for the anchors that ran, from interleaved samples."""
+    ratios: dict[str, dict[str, Any]] = {}
+    for other in ("builtin", "plain"):
+        if other in samples:
+            plugin, anchor = summarize(samples["plugin"]), summarize(samples[other])
+            ratios[f"plugin/{other}"] = {
+                "of_medians": plugin["median"] / anchor["median"],
+                # load only ever slows a run down, so the fastest run of each variant is the least disturbed
+                "of_best": plugin["max"] / anchor["max"],
+                "per_round": summarize([a / b for a, b in zip(samples["plugin"], samples[other])]),
+                # steps per CPU-second of the process: what the code costs, whoever else runs
+                "cpu_per_round": summarize([a / b for a, b in zip(cpu_samples["plugin"], cpu_samples[other])]),
+            }
+    return ratios
+
 def load_average() -> list[float] | None:
     """The 1/5/15-minute load averages, where the OS reports them."""
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import quiet_lightning, summarize
+from benchmarks.common import interleave, plugin_ratios, quiet_lightning, summarize
 from benchmarks.models import OVERHEAD, BenchModule, StepTimer, Workload, make_loader, plain_loop
 
 #: Goal for the median of per-round plugin/built-in ratios; reported, never asserted.
@@ -107,40 +107,23 @@ def run(device_type: str, *, reps: int = 20, warmup: int = 10, measure: int = 15
     # one untimed round (first-use costs land here) that counts function calls per step:
     # deterministic, so machine load cannot blur it
     calls = {name: fn(0, count_calls=True)[0] for name, fn in variants.items()}
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    cpu_samples: dict[str, list[float]] = {name: [] for name in variants}
-    order: list[str] = []
-    for rep in range(reps):
-        for name, fn in variants.items():
-            wall, cpu = fn(rep)
-            samples[name].append(wall)
-            cpu_samples[name].append(cpu)
-            order.append(name)
+    samples, cpu_samples, order = interleave(variants, reps)
 
     result: dict[str, Any] = {
         "workload": workload.describe(),
         "settings": {"reps": reps, "warmup_steps": warmup, "measured_steps": measure, "threads": threads},
-        "order": ", ".join(order[: 2 * len(variants)]) + ", ...",
+        "order": order,
         "classes": classes,
         "builtin_accelerator": builtin,
         "steps_per_s": {name: summarize(vals) for name, vals in samples.items()},
         "cpu_steps_per_s": {name: summarize(vals) for name, vals in cpu_samples.items()},
         "calls_per_step": calls,
         "goal_plugin_over_builtin": GOAL,
-        "ratios": {},
+        "ratios": plugin_ratios(samples, cpu_samples),
     }
     for other in ("builtin", "plain"):
         if other in samples:
-            per_round = [a / b for a, b in zip(samples["plugin"], samples[other])]
-            result["ratios"][f"plugin/{other}"] = {
-                "of_medians": result["steps_per_s"]["plugin"]["median"] / result["steps_per_s"][other]["median"],
-                # load only ever slows a run down, so the fastest run of each variant is the least disturbed
-                "of_best": result["steps_per_s"]["plugin"]["max"] / result["steps_per_s"][other]["max"],
-                "per_round": summarize(per_round),
-                # steps per CPU-second of the process: what the code costs, whoever else runs
-                "cpu_per_round": summarize([a / b for a, b in zip(cpu_samples["plugin"], cpu_samples[other])]),
-                "calls_per_step": calls["plugin"] / calls[other],
-            }
+            result["ratios"][f"plugin/{other}"]["calls_per_step"] = calls["plugin"] / calls[other]
     if "builtin" in samples:
         result["goal_met"] = result["ratios"]["plugin/builtin"]["per_round"]["median"] >= GOAL
     else:

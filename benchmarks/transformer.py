@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import now, quiet_lightning, summarize, synchronize
+from benchmarks.common import interleave, now, plugin_ratios, quiet_lightning, summarize, synchronize
 from benchmarks.models import StepTimer
 
 #: Goal for the median of per-round plugin/built-in ratios; reported, never asserted.
@@ -198,15 +198,7 @@ def run(device_type: str, *, reps: int = 6, warmup: int = 5, measure: int = 30, 
     variants = {"plugin": plugin, **({"builtin": lightning_builtin} if builtin else {}), "plain": plain}
     for fn in variants.values():  # one untimed round: first-use costs (allocator, kernels) land here
         fn(0)
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    cpu_samples: dict[str, list[float]] = {name: [] for name in variants}
-    order: list[str] = []
-    for rep in range(reps):
-        for name, fn in variants.items():
-            wall, cpu = fn(rep + 1)
-            samples[name].append(wall)
-            cpu_samples[name].append(cpu)
-            order.append(name)
+    samples, cpu_samples, order = interleave(variants, reps, first=1)
 
     params = sum(p.numel() for p in build_model(chosen).parameters())
     device_name, peak = peak_tflops(device_type)
@@ -216,7 +208,7 @@ def run(device_type: str, *, reps: int = 6, warmup: int = 5, measure: int = 30, 
         "workload": {**asdict(chosen), "params": params, "precision": precision,
                      "flops_per_token": per_token},
         "settings": {"reps": reps, "warmup_steps": warmup, "measured_steps": measure, "threads": threads},
-        "order": ", ".join(order[: 2 * len(variants)]) + ", ...",
+        "order": order,
         "classes": classes,
         "builtin_accelerator": builtin,
         "device_name": device_name,
@@ -226,17 +218,8 @@ def run(device_type: str, *, reps: int = 6, warmup: int = 5, measure: int = 30, 
         "mfu": ({name: t["median"] * per_token / (peak * 1e12) for name, t in tokens_per_s.items()}
                 if peak else None),
         "goal_plugin_over_builtin": GOAL,
-        "ratios": {},
+        "ratios": plugin_ratios(samples, cpu_samples),
     }
-    for other in ("builtin", "plain"):
-        if other in samples:
-            per_round = [a / b for a, b in zip(samples["plugin"], samples[other])]
-            result["ratios"][f"plugin/{other}"] = {
-                "of_medians": result["steps_per_s"]["plugin"]["median"] / result["steps_per_s"][other]["median"],
-                "of_best": result["steps_per_s"]["plugin"]["max"] / result["steps_per_s"][other]["max"],
-                "per_round": summarize(per_round),
-                "cpu_per_round": summarize([a / b for a, b in zip(cpu_samples["plugin"], cpu_samples[other])]),
-            }
     if "builtin" in samples:
         result["goal_met"] = result["ratios"]["plugin/builtin"]["per_round"]["median"] >= GOAL
     else:
