@@ -13,6 +13,7 @@ device under test has fewer than ``n`` devices (CPU always has enough: it runs s
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -179,3 +180,23 @@ def run_python(args: list[str], *, timeout: float = 180, cwd: Path | None = None
 def python_runner():
     """The bounded subprocess runner, as a fixture."""
     return run_python
+
+
+#: The packages whose loggers carry Lightning's info lines ("GPU available: ...", the device report).
+LIGHTNING_LOGGER_ROOTS = ("lightning", "pytorch_lightning", "lightning_fabric")
+
+
+@pytest.fixture
+def lightning_info_logs(caplog):
+    """``caplog`` that sees Lightning's info lines, whatever ran before in this process.
+
+    Lightning's ``rank_zero_info`` logs through the logger of whichever front end was imported last
+    (``lightning.pytorch...`` or ``pytorch_lightning...``), and the benchmarks or ``verify`` run
+    in-process raise their levels: set INFO on every Lightning logger for this test (restored after it).
+    """
+    loggers = logging.Logger.manager.loggerDict
+    for name in sorted(set(LIGHTNING_LOGGER_ROOTS) | {n for n, logger in loggers.items()
+                                                       if isinstance(logger, logging.Logger)
+                                                       and n.split(".")[0] in LIGHTNING_LOGGER_ROOTS}):
+        caplog.set_level(logging.INFO, logger=name)
+    return caplog

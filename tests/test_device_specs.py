@@ -53,24 +53,22 @@ def test_register_device_registers_the_accelerator_name():
         ACCELERATOR_REGISTRY.remove("zz9")
 
 
-def test_an_unknown_device_never_breaks_the_cpu_report(monkeypatch, caplog):
+def test_an_unknown_device_never_breaks_the_cpu_report(monkeypatch, caplog, lightning_info_logs):
     """The device report of a CPU Trainer, with a device type installed that no one knows: logged, not raised."""
     monkeypatch.setattr(runtime, "detect_device_type", lambda: "nosuchdev")
-    caplog.set_level(logging.INFO, logger="lightning.pytorch")
     with pytest.warns(UserWarning, match="NOSUCHDEV device \\(nosuchdev\\) is available but this Trainer trains on cpu"):
         Trainer(accelerator=AnyAccelerator("cpu"), devices=1, **QUIET)
     assert "NOSUCHDEV device available: True (nosuchdev), used: False" in caplog.text
 
 
 @pytest.mark.device_generic
-def test_auto_names_the_device_only_the_package_serves(device, monkeypatch, caplog):
+def test_auto_names_the_device_only_the_package_serves(device, monkeypatch, caplog, lightning_info_logs):
     """accelerator="auto" (Lightning's) trains on CPU; the report then names the present device and how to use it.
 
     On the emulated device this is the real device; on CPU a present type is simulated."""
     if device.is_cpu:
         monkeypatch.setattr(devices, "present_device_types", lambda: ["nosuchdev"])
     present = "nosuchdev" if device.is_cpu else device.type
-    caplog.set_level(logging.INFO, logger="lightning.pytorch")
     trainer = Trainer(accelerator="auto", devices=1, **QUIET)
     assert trainer.strategy.root_device.type == "cpu"
     assert policy.unused_device_message(present, "cpu") in caplog.text, caplog.text

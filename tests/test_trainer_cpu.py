@@ -90,7 +90,7 @@ def test_16_mixed_uses_device_scaler(device_type):
 
 
 @pytest.mark.device_generic
-def test_device_report_names_the_device_used(device_type, caplog):
+def test_device_report_names_the_device_used(device_type, caplog, lightning_info_logs):
     """Lightning's report says "GPU available but not used" while the package trains on that GPU, and
     says nothing of other devices; with the package's accelerator the report names the device in use."""
     import logging
@@ -98,8 +98,6 @@ def test_device_report_names_the_device_used(device_type, caplog):
 
     from lightning_anyaccel import runtime
 
-    # on Lightning's logger itself: a benchmark run earlier in this process may have raised its level
-    caplog.set_level(logging.INFO, logger="lightning.pytorch")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         Trainer(accelerator="any", devices=1, logger=False, enable_progress_bar=False, enable_checkpointing=False)

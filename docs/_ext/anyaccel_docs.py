@@ -191,10 +191,10 @@ class SupportMatrix(_TableDirective):
 
 
 def _rank_device(spec: Any) -> str:
-    """The "device of each rank" cell: ``<type>:<local rank>``, or one card per process seen as ``<type>:0``."""
+    """The "device of each rank" cell: ``<type>:LOCAL_RANK``, or one card per process seen as ``<type>:0``."""
     if spec.process_device_env:
         return f"one card per process, as `{spec.type}:0`; cards chosen by `{spec.process_device_env}`"
-    return f"`{spec.type}:<local rank>`" if spec.backend and spec.type != "cpu" else "-"
+    return f"`{spec.type}:LOCAL_RANK`" if spec.backend and spec.type != "cpu" else "-"
 
 
 class DeviceDetails(_TableDirective):

@@ -39,6 +39,7 @@ no_scaling = MixedPrecision("16-mixed", "hpu", scaler=torch.amp.GradScaler("hpu"
 fp16 = Trainer(accelerator="hpu", devices=1, plugins=[no_scaling])
 
 # DeepSpeed inference for trainer.predict: HPUDeepSpeedStrategy's keywords go to deepspeed.init_inference
-inference = Trainer(accelerator="hpu", devices=8, use_distributed_sampler=False,
-                    strategy=AnyDeepSpeedStrategy(tensor_parallel={"tp_size": 8}, dtype=torch.float,
-                                                  replace_with_kernel_inject=True))
+inference_strategy = AnyDeepSpeedStrategy(
+    tensor_parallel={"tp_size": 8}, dtype=torch.float, replace_with_kernel_inject=True
+)
+inference = Trainer(accelerator="hpu", devices=8, use_distributed_sampler=False, strategy=inference_strategy)

@@ -1,8 +1,9 @@
 """Lock files of torch's extension builds (DeepSpeed's ops), checked before DeepSpeed starts.
 
 DeepSpeed compiles its ops on first use through ``torch.utils.cpp_extension.load``, which takes
-a lock by creating ``<extensions dir>/<op>/lock`` and deletes it when the build ends. A process
-killed during the build leaves the file behind, and every later run waits on it forever
+a lock by creating ``$TORCH_EXTENSIONS_DIR/<op>/lock`` (by default under ``~/.cache/torch_extensions``)
+and deletes it when the build ends. A process killed during the build leaves the file behind, and
+every later run waits on it forever
 (``FileBaton.wait`` polls without a limit, in ``torch/utils/file_baton.py``) — silently.
 
 :func:`wait_for_build_locks` runs before DeepSpeed initializes: it waits, bounded, for the lock
@@ -22,6 +23,8 @@ import os
 import time
 from pathlib import Path
 
+from lightning_anyaccel.troubleshooting import LinkedError
+
 log = logging.getLogger(__name__)
 
 #: Seconds a lock file may be waited on (override: ``LIGHTNING_ANYACCEL_BUILD_LOCK_TIMEOUT``).
@@ -29,7 +32,7 @@ DEFAULT_TIMEOUT = 600.0
 TIMEOUT_ENV = "LIGHTNING_ANYACCEL_BUILD_LOCK_TIMEOUT"
 
 
-class StaleBuildLockError(RuntimeError):
+class StaleBuildLockError(LinkedError, RuntimeError):
     """A torch extension build lock outlived the bound (a killed build left it)."""
 
 

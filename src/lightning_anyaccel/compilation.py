@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from lightning_anyaccel import _lightning
+from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 PORTABLE_BACKENDS = ("aot_eager", "eager")
 
 
-class CompileNotSupportedError(RuntimeError):
+class CompileNotSupportedError(LinkedError, RuntimeError):
     """``torch.compile`` cannot compile for the device with the chosen backend."""
 
 

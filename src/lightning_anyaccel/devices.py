@@ -67,7 +67,7 @@ class DeviceSpec:
             dict. ``False`` for CPU: the "offload" is a no-op there and torch frees the storage it
             is still reading (segfault; Lightning-AI/pytorch-lightning#21804, pytorch/pytorch#188989).
         process_device_env: ``None`` when a process sees every device of the machine and binds to
-            ``<type>:<local rank>``. Otherwise each process sees only the one card its vendor runtime
+            ``<type>:LOCAL_RANK``. Otherwise each process sees only the one card its vendor runtime
             gave it, always as ``<type>:0``, and this names the variable that chooses which cards the
             local ranks get. Gaudi: the HCCL backend gives local rank *i* the module ID *i*, or the
             *i*-th entry of ``HABANA_VISIBLE_MODULES`` (Intel Gaudi documentation, "Gaudi-to-process
