@@ -26,7 +26,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning, runtime
-from lightning_anyaccel.devices import DEVICE_TABLE, get_spec, present_device_types
+from lightning_anyaccel.devices import DEVICE_TABLE, get_spec, known_device_types, present_device_types
 from lightning_anyaccel.precision import check_device_supports
 from lightning_anyaccel.troubleshooting import LinkedError
 
@@ -297,7 +297,7 @@ def process_devices(devices: list[torch.device]) -> list[torch.device]:
         DeviceCountError: a list that numbers some devices and not others, or (on a one-card-per-process
             device type) numbers them other than by local rank.
     """
-    if not devices or devices[0].type == "cpu" or devices[0].type not in DEVICE_TABLE:
+    if not devices or devices[0].type == "cpu" or devices[0].type not in known_device_types():
         return list(devices)
     device_type = devices[0].type
     indices = [device.index for device in devices]
