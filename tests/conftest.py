@@ -200,3 +200,13 @@ def lightning_info_logs(caplog):
                                                        and n.split(".")[0] in LIGHTNING_LOGGER_ROOTS}):
         caplog.set_level(logging.INFO, logger=name)
     return caplog
+
+
+def rank_device(device: DeviceUnderTest, rank: int) -> str:
+    """The device local rank ``rank`` trains on: ``<type>:<rank>``, or ``<type>:0`` where each process sees
+    only its own card (``process_device_env`` in the device table: Gaudi); ``cpu`` on CPU."""
+    from lightning_anyaccel.devices import get_spec
+
+    if device.is_cpu:
+        return "cpu"
+    return f"{device.type}:{0 if get_spec(device.type).process_device_env else rank}"

@@ -16,7 +16,7 @@ from lightning import Fabric
 import lightning_anyaccel  # noqa: F401
 from lightning_anyaccel.fabric import AnyAccelerator, AnyDDPStrategy, AnySingleDeviceStrategy
 
-from conftest import device_under_test
+from conftest import device_under_test, rank_device
 from lightning_anyaccel import runtime
 from lightning_anyaccel.devices import get_spec
 from lightning_anyaccel.distributed import ForkAfterInitError
@@ -46,7 +46,7 @@ def check_ddp(ranks: list[dict[str, Any]], strategy_class: str = "AnyDDPStrategy
         assert r["world_size"] == 2
         assert r["strategy"] == f"lightning_anyaccel.fabric.strategies.{strategy_class}"
         assert r["backend"] == device.backend
-        assert r["device"] == r["param_device"] == (device.type if device.is_cpu else f"{device.type}:{r['rank']}")
+        assert r["device"] == r["param_device"] == rank_device(device, r["rank"])
         assert r["all_reduce_sum"] == 3.0  # 1 + 2
         assert r["all_reduce_mean"] == 1.5
         assert r["all_gather"] == [0, 1]

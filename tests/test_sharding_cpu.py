@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, run_python
+from conftest import ROOT, rank_device, run_python
 
 RUN = str(Path(__file__).parent / "scripts" / "shard_run.py")
 #: Wide enough that memory per rank shows the sharding (8.4 M parameters, 34 MB in fp32).
@@ -133,7 +133,7 @@ def test_parameters_sharded_on_the_device_under_test(tmp_path, strategy, device)
     total = ranks[0]["total_numel"]
     held = [r["param_numel"] for r in ranks]
     assert all(n < 0.6 * total for n in held) and sum(held) >= total, held
-    expected = ["cpu", "cpu"] if device.is_cpu else [f"{device.type}:0", f"{device.type}:1"]
+    expected = [rank_device(device, 0), rank_device(device, 1)]
     assert [r["param_device"] for r in ranks] == expected
     assert all(r["global_step"] == 3 and len(r["losses"]) == 3 for r in ranks)
 
