@@ -31,6 +31,8 @@ AUTOLOAD = TESTS / "emulator" / "autoload"
 # checkout's package, not an installed copy from another tree.
 os.environ["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+#: ``DS_ACCELERATOR`` as the session found it (``_no_deepspeed_accelerator_left_behind`` restores it).
+SESSION_DS_ACCELERATOR = os.environ.get("DS_ACCELERATOR")
 
 
 @dataclass(frozen=True)
@@ -210,3 +212,18 @@ def rank_device(device: DeviceUnderTest, rank: int) -> str:
     if device.is_cpu:
         return "cpu"
     return f"{device.type}:{0 if get_spec(device.type).process_device_env else rank}"
+
+
+@pytest.fixture(autouse=True)
+def _no_deepspeed_accelerator_left_behind(monkeypatch):
+    """Each test starts with the ``DS_ACCELERATOR`` the session started with, and leaves it so.
+
+    A DeepSpeed strategy sets ``DS_ACCELERATOR`` in ``os.environ`` for the processes its launcher
+    starts (``strategies/sharding.py``); left behind, a later test's job on another device type
+    inherits it and is refused, as a user's conflicting choice is.
+    """
+    monkeypatch.setenv("DS_ACCELERATOR", "")  # records the original state, restored after the test
+    if SESSION_DS_ACCELERATOR is None:
+        monkeypatch.delenv("DS_ACCELERATOR")
+    else:
+        monkeypatch.setenv("DS_ACCELERATOR", SESSION_DS_ACCELERATOR)

@@ -47,13 +47,6 @@ needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is No
                                      reason="deepspeed is not installed (pip install lightning-anyaccel[deepspeed])")
 
 
-@pytest.fixture
-def fresh_deepspeed_choice(monkeypatch) -> None:
-    """No DS_ACCELERATOR from an earlier test: DeepSpeed strategies set it (for their workers) when built."""
-    monkeypatch.setenv("DS_ACCELERATOR", "")
-    monkeypatch.delenv("DS_ACCELERATOR")
-
-
 # ----- 1. unnumbered parallel_devices ----------------------------------------------------------------
 
 
@@ -103,7 +96,7 @@ def test_every_gaudi_rank_binds_hpu_0(monkeypatch) -> None:
 
 
 @needs_deepspeed
-def test_every_gaudi_rank_gives_deepspeed_device_0(monkeypatch, fresh_deepspeed_choice) -> None:
+def test_every_gaudi_rank_gives_deepspeed_device_0(monkeypatch) -> None:
     install_fake_device(monkeypatch, "hpu", count=8, backend="hccl")
     strategy = Trainer(accelerator="hpu", devices=8, strategy=AnyDeepSpeedStrategy(stage=2), **QUIET).strategy
     monkeypatch.setenv("LOCAL_RANK", "5")
@@ -192,7 +185,7 @@ def test_16_mixed_skips_overflowing_steps_and_the_habana_option_does_not(device)
 
 
 @needs_deepspeed
-def test_deepspeed_inference_arguments_are_taken_or_named(fresh_deepspeed_choice) -> None:
+def test_deepspeed_inference_arguments_are_taken_or_named() -> None:
     """habana's HPUDeepSpeedStrategy(**kwargs) forms: keywords, config keys; a typo is a TypeError naming the keys."""
     by_keyword = AnyDeepSpeedStrategy(tensor_parallel={"tp_size": 2}, dtype=torch.float, replace_with_kernel_inject=False)
     assert by_keyword.inference_kwargs == {"tensor_parallel": {"tp_size": 2}, "dtype": torch.float,
@@ -206,7 +199,7 @@ def test_deepspeed_inference_arguments_are_taken_or_named(fresh_deepspeed_choice
 
 
 @needs_deepspeed
-def test_deepspeed_kernel_injection_is_refused_where_deepspeed_has_no_kernels(fresh_deepspeed_choice) -> None:
+def test_deepspeed_kernel_injection_is_refused_where_deepspeed_has_no_kernels() -> None:
     trainer = Trainer(accelerator="any", strategy=AnyDeepSpeedStrategy(replace_with_kernel_inject=True), devices=2,
                       **QUIET)
     with pytest.raises(ShardingNotSupportedError, match="inference kernels.*Pass replace_with_kernel_inject=False"):

@@ -81,19 +81,12 @@ def _describe(trainer: Any) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def fresh_deepspeed_choice(monkeypatch) -> None:
-    """No DS_ACCELERATOR from an earlier test: DeepSpeed strategies set it (for their workers) when built."""
-    monkeypatch.setenv("DS_ACCELERATOR", "")  # records the original state, restored after the test
-    monkeypatch.delenv("DS_ACCELERATOR")
-
-
 def _trainers(namespace: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {name: _describe(value) for name, value in namespace.items() if type(value).__name__ == "Trainer"}
 
 
 @needs_deepspeed
-def test_habana_after_on_a_simulated_gaudi(monkeypatch, fresh_deepspeed_choice) -> None:
+def test_habana_after_on_a_simulated_gaudi(monkeypatch) -> None:
     install_fake_device(monkeypatch, "hpu", count=8, backend="hccl")
     got = _trainers(runpy.run_path(str(SNIPPETS / "habana_after.py")))
     assert set(got) == {"one", "eight", "single", "parallel", "listed", "deepspeed", "fsdp", "bf16", "fp16", "inference"}
@@ -117,7 +110,7 @@ def test_habana_after_on_a_simulated_gaudi(monkeypatch, fresh_deepspeed_choice) 
 
 
 @needs_deepspeed
-def test_aurora_after_on_a_simulated_xpu(monkeypatch, fresh_deepspeed_choice) -> None:
+def test_aurora_after_on_a_simulated_xpu(monkeypatch) -> None:
     install_fake_device(monkeypatch, "xpu", count=12, backend="xccl")
     got = _trainers(runpy.run_path(str(SNIPPETS / "aurora_after.py")))
     assert set(got) == {"ddp", "deepspeed", "offload"}
