@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback, Trainer
 
-from benchmarks.common import quiet_lightning, synchronize
+from benchmarks.common import quiet_bench, synchronize
 from benchmarks.models import OVERHEAD, BenchModule, make_loader, scaled
 from lightning_anyaccel import AnyAccelerator, AnyDDPStrategy
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # the launching process is done importing; popen ranks inherit the value, spawn/fork children too
     os.environ.setdefault("BENCH_T_IMPORTED", repr(time.time()))
-    quiet_lightning()
+    quiet_bench()
     torch.set_num_threads(1)
     w = scaled(OVERHEAD, args.scale)
     trainer = Trainer(

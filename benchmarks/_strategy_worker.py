@@ -459,10 +459,10 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import torch.distributed as dist
 
-    from benchmarks.common import quiet_lightning
+    from benchmarks.common import quiet_bench
     from lightning_anyaccel import resolve_backend, runtime
 
-    quiet_lightning()
+    quiet_bench()
     runner = Runner(args)
     runtime.set_device_index(runner.device)
     dist.init_process_group(resolve_backend(runner.device), rank=args.rank, world_size=args.world_size,

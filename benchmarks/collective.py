@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import child_env, free_port, now, processes_possible, run_ranks, summarize, synchronize
+from benchmarks.common import bench_env, now, processes_possible, run_ranks, summarize, synchronize
+from lightning_anyaccel.local_runs import free_port
 
 DEFAULT_SIZES: tuple[int, ...] = tuple(4**k * 1024 for k in range(1, 9))  # 4 KiB .. 64 MiB
 QUICK_SIZES: tuple[int, ...] = (4096, 262144, 4194304)
@@ -76,7 +77,7 @@ def run(device_type: str, device_count: int, *, sizes: Sequence[int] = DEFAULT_S
         return result
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "collective.json")
-        env = child_env(threads, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
+        env = bench_env(threads, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
         run_ranks("benchmarks._collective_worker", [
             "--sizes", ",".join(map(str, sizes)), "--trials", str(trials), "--threads", str(threads), "--out", str(out),
         ], world_size=world, timeout=timeout, env=env)

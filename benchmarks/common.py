@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,40 +24,18 @@ RESULTS_DIR = ROOT / "benchmarks" / "results"
 SCHEMA = "lightning-anyaccel-bench/1"
 
 
-def child_env(threads: int = 1, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for benchmark subprocesses: this checkout importable, ``threads`` intra-op threads."""
-    env = dict(os.environ)
-    paths = [str(ROOT), str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    env["OMP_NUM_THREADS"] = str(threads)
-    env["MKL_NUM_THREADS"] = str(threads)
-    env["PYTHONWARNINGS"] = "ignore"
-    env.setdefault("MASTER_ADDR", "127.0.0.1")
-    if "GLOO_SOCKET_IFNAME" not in env and _has_interface("lo"):
-        env["GLOO_SOCKET_IFNAME"] = "lo"  # collectives stay on the loopback device
-    env.update(extra or {})
-    return env
+def bench_env(threads: int = 1, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for benchmark subprocesses: this checkout importable, ``threads`` intra-op threads,
+    warnings off, collectives on the loopback device (:func:`lightning_anyaccel.local_runs.child_env`)."""
+    from lightning_anyaccel.local_runs import child_env  # imported when used: the report needs no torch
 
-
-def _has_interface(name: str) -> bool:
-    try:
-        import psutil
-
-        return name in psutil.net_if_addrs()
-    except Exception:
-        return False
+    return child_env(threads, import_paths=(ROOT, ROOT / "src"), loopback=True, PYTHONWARNINGS="ignore",
+                     **(extra or {}))
 
 
 def processes_possible(device_type: str, count: int) -> int:
     """Processes for a 2-process run: 2 on CPU, else one per device (at most 2; 1 on a one-GPU machine)."""
     return 2 if device_type == "cpu" else min(2, count)
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (the only address the benchmarks use)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class BenchError(RuntimeError):
@@ -74,7 +51,7 @@ def run_module(module: str, args: Sequence[str], *, timeout: float, env: dict[st
         BenchError: non-zero exit or timeout, with the tail of the output.
     """
     proc = subprocess.Popen(
-        [sys.executable, "-m", module, *args], cwd=ROOT, env=env or child_env(), text=True,
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=env or bench_env(), text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
@@ -121,13 +98,11 @@ def run_ranks(module: str, args: Sequence[str], *, world_size: int, timeout: flo
     return outputs
 
 
-def quiet_lightning() -> None:
-    """Silence Lightning's per-fit info lines ("GPU available: ...") and warnings."""
-    import warnings
+def quiet_bench() -> None:
+    """Silence Lightning's per-fit info lines ("GPU available: ...") and every warning (timings only)."""
+    from lightning_anyaccel.local_runs import quiet_lightning
 
-    warnings.filterwarnings("ignore")
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    quiet_lightning(logging.ERROR, all_warnings=True)
 
 
 def synchronize(device: Any) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import quiet_lightning
+from benchmarks.common import quiet_bench
 from benchmarks.models import OVERHEAD, BenchModule, StepTimer, Workload, make_loader
 
 
@@ -96,7 +96,7 @@ def _name(key: tuple[str, int, str]) -> str:
 def compare(device_type: str, *, warmup: int = 5, measure: int = 20, workload: Workload = OVERHEAD,
             threads: int = 1) -> dict[str, Any]:
     """Calls per step on ``device_type`` and on CPU, device-module calls, and the functions that differ."""
-    quiet_lightning()
+    quiet_bench()
     torch.set_num_threads(threads)
     counts = {dev: _profile(dev, workload, warmup, measure) for dev in dict.fromkeys((device_type, "cpu"))}
     device_keys = _device_functions(device_type)
@@ -150,12 +150,12 @@ def run(device_type: str, *, self_check: bool = False, timeout: float = 900, **k
     import tempfile
     from pathlib import Path
 
-    from benchmarks.common import child_env, run_module
+    from benchmarks.common import bench_env, run_module
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "emulated.json")
         run_module("benchmarks", ["--device", f"emulated:{EMULATED_NAME}", "--only", "device_calls", "--no-report",
-                                  "--out", str(out)], timeout=timeout, env=child_env(1))
+                                  "--out", str(out)], timeout=timeout, env=bench_env(1))
         doc = json.loads(out.read_text())
     section = doc["device_calls"]
     if "error" in section:

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import child_env, free_port, processes_possible, run_module, summarize
+from benchmarks.common import bench_env, processes_possible, run_module, summarize
+from lightning_anyaccel.local_runs import free_port
 
 START_METHODS: tuple[str, ...] = ("popen", "spawn", "fork")
 PHASES: tuple[str, ...] = ("import", "launch_rendezvous", "first_step")
@@ -36,7 +37,7 @@ def fork_allowed() -> bool:
 def _one(method: str, devices: int, scale: float, timeout: float) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "first_step.json")
-        env = child_env(1, {"MASTER_PORT": str(free_port())})
+        env = bench_env(1, {"MASTER_PORT": str(free_port())})
         env.pop("BENCH_T_IMPORTED", None)
         t0 = time.time()
         run_module("benchmarks._first_step_worker", [

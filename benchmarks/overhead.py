@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import interleave, plugin_ratios, quiet_lightning, summarize
+from benchmarks.common import interleave, plugin_ratios, quiet_bench, summarize
 from benchmarks.models import OVERHEAD, BenchModule, StepTimer, Workload, make_loader, plain_loop
 
 #: Goal for the median of per-round plugin/built-in ratios; reported, never asserted.
@@ -76,7 +76,7 @@ def run(device_type: str, *, reps: int = 20, warmup: int = 10, measure: int = 15
     from lightning_anyaccel import AnyAccelerator
     from lightning_anyaccel.devices import get_spec
 
-    quiet_lightning()
+    quiet_bench()
     torch.set_num_threads(threads)
     builtin = get_spec(device_type).lightning_builtin
     device = torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu")

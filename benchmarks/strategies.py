@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._strategy_worker import FAMILIES, KNOBS
-from benchmarks.common import child_env, free_port, processes_possible, run_ranks, summarize
+from benchmarks.common import bench_env, processes_possible, run_ranks, summarize
 from benchmarks.models import COMM_BOUND, COMPUTE_BOUND, Workload, scaled
+from lightning_anyaccel.local_runs import free_port
 
 #: Goals, reported next to each figure and never asserted.
 GOAL_PLUGIN_OVER_LIGHTNING = 0.99
@@ -52,7 +53,7 @@ def _launch(device_type: str, count: int, args: list[str], threads: int, timeout
     world = processes_possible(device_type, count)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "strategies.json")
-        env = child_env(threads, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
+        env = bench_env(threads, {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
         run_ranks("benchmarks._strategy_worker", [*args, "--threads", str(threads), "--out", str(out)],
                   world_size=world, timeout=timeout, env=env)
         return json.loads(out.read_text())

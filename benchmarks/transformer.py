@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import interleave, now, plugin_ratios, quiet_lightning, summarize, synchronize
+from benchmarks.common import interleave, now, plugin_ratios, quiet_bench, summarize, synchronize
 from benchmarks.models import StepTimer
 
 #: Goal for the median of per-round plugin/built-in ratios; reported, never asserted.
@@ -173,7 +173,7 @@ def run(device_type: str, *, reps: int = 6, warmup: int = 5, measure: int = 30, 
     from lightning_anyaccel.devices import get_spec
 
     transformers.logging.set_verbosity_error()
-    quiet_lightning()
+    quiet_bench()
     torch.set_num_threads(threads)
     spec = get_spec(device_type)
     chosen = pick_size(size, device_type)

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from lightning_anyaccel.local_runs import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "scale_train.py"
 LAUNCH = ROOT / "scripts" / "launch"
@@ -31,13 +33,6 @@ PYTHON = sys.executable
 #: with ANYACCEL_FAULT_MATRIX_FULL=1 only, so that CI stays within its time budget.
 full = pytest.mark.skipif(os.environ.get("ANYACCEL_FAULT_MATRIX_FULL") != "1",
                           reason="repeats a covered code path; ANYACCEL_FAULT_MATRIX_FULL=1 runs it (docs/faults.md)")
-
-
-def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def missing(*tools: str) -> str | None:

@@ -28,7 +28,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from _cluster import PYTHON, ROOT, Job, Result, free_port, full
+from lightning_anyaccel.local_runs import free_port
+
+from _cluster import PYTHON, ROOT, Job, Result, full
 
 SCRIPT = ROOT / "tests" / "scripts" / "fault_train.py"
 #: The strategy's timeout in these jobs (seconds). The ranks enter the rendezvous together

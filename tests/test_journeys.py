@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from lightning_anyaccel.local_runs import free_port
+
 from _cluster import (
     LAUNCH,
     PYTHON,
@@ -34,7 +36,6 @@ from _cluster import (
     Job,
     Result,
     alive_pids,
-    free_port,
     kill_pids,
     missing,
     not_root,

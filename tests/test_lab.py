@@ -23,7 +23,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,8 @@ else:  # pragma: no cover
 from pathlib import Path
 
 import pytest
+
+from lightning_anyaccel.local_runs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -59,12 +60,6 @@ def browser_test(test):
     skip = pytest.mark.skipif(not Path(CHROMIUM).exists(),
                               reason=f"no Chromium at {CHROMIUM}: apt-get install -y --no-install-recommends chromium")
     return pytest.mark.slow(skip(test))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -91,7 +86,7 @@ def lab(tmp_path_factory):
     settings = tmp / "config" / "lab" / "user-settings" / "@jupyterlab" / "docmanager-extension"
     settings.mkdir(parents=True)
     (settings / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}))
-    token, port = secrets.token_hex(16), _free_port()
+    token, port = secrets.token_hex(16), free_port()
     fresh = tmp / "notebooks"  # outside the repository: nothing next to the notebooks but themselves
     fresh.mkdir()
     for name in NAMES:

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from _cluster import PYTHON, Job, Result, alive_pids, free_port, full, kill_pids, reports, train_args
+from lightning_anyaccel.local_runs import free_port
+
+from _cluster import PYTHON, Job, Result, alive_pids, full, kill_pids, reports, train_args
 
 pytestmark = pytest.mark.slow
 

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from lightning_anyaccel.local_runs import free_port
+
 from _cluster import (
     LAUNCH,
     PYTHON,
     Job,
     alive_pids,
-    free_port,
     kill_pids,
     missing,
     not_root,

@@ -21,7 +21,6 @@ import json
 import logging
 import multiprocessing as mp
 import platform
-import socket
 import sys
 import tempfile
 import traceback
@@ -36,6 +35,7 @@ import torch
 
 from lightning_anyaccel import runtime
 from lightning_anyaccel.devices import get_spec
+from lightning_anyaccel.local_runs import free_port
 
 #: Every wait in the collective check is bounded by this many seconds.
 COLLECTIVE_TIMEOUT_S = 120
@@ -227,12 +227,6 @@ def _collective_worker(rank: int, device_type: str, backend: str, port: int, que
         queue.put((rank, None, f"{type(err).__name__}: {err}"))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def check_collective(device_type: str) -> str:
     """All-reduce across 2 spawned processes on the device's backend, every wait bounded."""
     from lightning_anyaccel.distributed import resolve_backend
@@ -242,7 +236,7 @@ def check_collective(device_type: str) -> str:
     backend = resolve_backend(torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu"))
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_collective_worker, args=(r, device_type, backend, port, queue)) for r in range(2)]
     for proc in procs:
         proc.start()
