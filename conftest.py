@@ -165,6 +165,8 @@ if Sybil is not None:
 GROUPS = {
     "tests/test_lab.py": "site",
     "tests/test_site.py": "site",
+    # Fabric's run needs no DDP reference of the module's fixture: it runs beside the group
+    "tests/test_sharding_cpu.py::test_fabric_sharded_training_matches_ddp_and_reloads": "fabric-sharding",
     "tests/test_sharding_cpu.py": "sharding",
     "tests/test_workloads.py": "workloads",
     "tests/test_fabric.py": "fabric-popen",

@@ -48,6 +48,7 @@ class FrontEnd:
     mixed_precision: type
     _build: Callable[..., Any]
     _precision: Callable[[Any], Any]
+    _strategy_precision: Callable[[Any], Any]
     _launch: Callable[[Any, Callable[[], Any]], Any]
     _start: Callable[[Any], None]
 
@@ -58,6 +59,10 @@ class FrontEnd:
     def precision(self, built: Any) -> Any:
         """The precision plugin the front end trains with."""
         return self._precision(built)
+
+    def strategy_precision(self, built: Any) -> Any:
+        """The precision plugin the strategy holds (the front end must train with this one)."""
+        return self._strategy_precision(built)
 
     def launch(self, built: Any, function: Callable[[], Any]) -> Any:
         """Start the processes through the strategy's launcher, running ``function`` in each."""
@@ -81,7 +86,8 @@ TRAINER = FrontEnd(
     package=lightning_anyaccel,
     mixed_precision=TrainerMixedPrecision,
     _build=lambda **flags: Trainer(**{**QUIET_TRAINER, **flags}),
-    _precision=lambda trainer: trainer.strategy.precision_plugin,
+    _precision=lambda trainer: trainer.precision_plugin,
+    _strategy_precision=lambda trainer: trainer.strategy.precision_plugin,
     _launch=lambda trainer, function: trainer.strategy.launcher.launch(function),
     _start=_trainer_start,
 )
@@ -92,6 +98,7 @@ FABRIC = FrontEnd(
     mixed_precision=FabricMixedPrecision,
     _build=lambda **flags: Fabric(**flags),
     _precision=lambda fabric: fabric._precision,  # what Fabric's autocast and backward use
+    _strategy_precision=lambda fabric: fabric.strategy.precision,
     _launch=lambda fabric, function: fabric.launch(lambda _: function()),
     _start=lambda fabric: fabric.launch(),
 )

@@ -1,4 +1,9 @@
-"""Sharded strategies: bad combinations fail fast with a message naming the fix; precision on the device type."""
+"""Sharded strategies in-process, through both front ends: bad combinations fail fast with a message
+naming the fix; precision on the device type; the names build the package's strategies.
+
+A behaviour both front ends have is one test parameterised by front end (``front_ends.py``). The
+real 2-process runs are in ``test_sharding_cpu.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,63 +11,126 @@ import importlib.util
 
 import pytest
 import torch
-from lightning import Trainer
+from lightning.fabric.strategies import fsdp as lightning_fsdp
+from lightning.fabric.strategies import model_parallel as lightning_model_parallel
 
 import lightning_anyaccel  # noqa: F401  (registers names)
+from front_ends import FRONT_ENDS, FrontEnd
 from lightning_anyaccel import (
     AnyAccelerator,
     AnyDeepSpeedStrategy,
     AnyFSDPPrecision,
-    AnyFSDPStrategy,
-    AnyModelParallelStrategy,
     DeepSpeedNotInstalledError,
     ShardingNotSupportedError,
 )
+from lightning_anyaccel import fabric as anyaccel_fabric
+from lightning_anyaccel.strategies.sharding import AnyDeepSpeedMixin, AnyFSDPMixin, AnyModelParallelMixin
 
+HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(
-    importlib.util.find_spec("deepspeed") is None,
-    reason="deepspeed is not installed (pip install lightning-anyaccel[deepspeed])",
+    not HAS_DEEPSPEED, reason="deepspeed is not installed (pip install lightning-anyaccel[deepspeed])",
 )
+#: The FSDP precision plugin of each front end.
+FSDP_PRECISION = {"trainer": AnyFSDPPrecision, "fabric": anyaccel_fabric.AnyFabricFSDPPrecision}
 
 
-def _trainer(**kwargs):
-    return Trainer(accelerator=AnyAccelerator(), devices=2, logger=False, enable_checkpointing=False,
-                   enable_progress_bar=False, **kwargs)
+def _build(front_end: FrontEnd, strategy, **flags):
+    """The front end on 2 CPU processes (nothing is started)."""
+    return front_end.build(accelerator=AnyAccelerator("cpu"), strategy=strategy, devices=2, **flags)
 
 
-@pytest.mark.parametrize("strategy_class", [AnyFSDPStrategy, AnyModelParallelStrategy])
-def test_fsdp_on_mps_is_refused(strategy_class):
-    strategy = strategy_class()
+# ----- devices and names ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("family, kwargs", [
+    pytest.param("AnyFSDPStrategy", {}, id="AnyFSDPStrategy"),
+    pytest.param("AnyModelParallelStrategy", {}, id="AnyModelParallelStrategy"),
+    pytest.param("AnyModelParallelStrategy", {"tensor_parallel_size": 1}, id="AnyModelParallelStrategy-tp1"),
+])
+def test_fsdp_on_mps_is_refused(front_end: FrontEnd, family, kwargs):
+    strategy = getattr(front_end.package, family)(**kwargs)
     strategy.parallel_devices = [torch.device("mps", 0)] * 2
     with pytest.raises(ShardingNotSupportedError, match=r"splits the model across processes, but Apple GPU \(MPS\)"
                                                         r" \('mps'\) has no collective backend.*any_single"):
         strategy._validate_device_setup()
 
 
-def test_fsdp_full_state_offload_on_cpu_is_refused():
-    with pytest.raises(ShardingNotSupportedError, match=r"state_dict_offload=True.*CPU.*crashes.*21804.*sharded"):
-        _trainer(strategy=AnyFSDPStrategy(state_dict_offload=True))
+@pytest.mark.parametrize("name", ["any_fsdp", "any_fsdp2", "any_model_parallel", "any_deepspeed_stage_3"])
+def test_lightnings_cuda_only_check_does_not_refuse_our_names(name):
+    from front_ends import TRAINER
+
+    if "deepspeed" in name and not HAS_DEEPSPEED:
+        pytest.skip("deepspeed is not installed")
+    assert _build(TRAINER, name).strategy.root_device.type == "cpu"
 
 
-def test_fsdp_full_state_offload_follows_the_table():
-    assert _trainer(strategy="any_fsdp").strategy.state_dict_offload is False
-    strategy = AnyFSDPStrategy()
+FABRIC_NAMES = [("any_fsdp", "AnyFSDPStrategy"), ("any_fsdp_cpu_offload", "AnyFSDPStrategy"),
+                ("any_fsdp2", "AnyModelParallelStrategy")]
+if HAS_DEEPSPEED:
+    FABRIC_NAMES += [("any_deepspeed", "AnyDeepSpeedStrategy"), ("any_deepspeed_stage_3_offload", "AnyDeepSpeedStrategy")]
+
+
+@pytest.mark.parametrize("name, family", FABRIC_NAMES)
+def test_fabric_sharded_names_share_the_trainer_logic(name, family) -> None:
+    from front_ends import FABRIC
+
+    cls = getattr(anyaccel_fabric, family)
+    strategy = _build(FABRIC, name).strategy
+    assert type(strategy) is cls and strategy.root_device == torch.device("cpu")
+    mixin = {"AnyFSDPStrategy": AnyFSDPMixin, "AnyModelParallelStrategy": AnyModelParallelMixin,
+             "AnyDeepSpeedStrategy": AnyDeepSpeedMixin}[family]
+    trainer_class = getattr(lightning_anyaccel, family)
+    assert isinstance(strategy, mixin) and issubclass(trainer_class, mixin)  # one body, two front ends
+    if family == "AnyFSDPStrategy":
+        assert strategy._fsdp_wrap_kwargs()["device_id"] == torch.device("cpu")  # Lightning: index None
+        assert strategy.cpu_offload.offload_params is name.endswith("offload")
+
+
+# ----- FSDP's full state dict on CPU -------------------------------------------------------------------
+
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_fsdp_full_state_offload_on_cpu_is_refused(front_end: FrontEnd):
+    strategy = front_end.package.AnyFSDPStrategy(state_dict_type="full", state_dict_offload=True)
+    with pytest.raises(ShardingNotSupportedError, match=r"AnyFSDPStrategy\(state_dict_offload=True, state_dict_type="
+                                                        r"'full'\) on CPU.*crashes.*21804.*state_dict_type='sharded'") \
+            as raised:
+        _build(front_end, strategy)
+    raised.match(r"state_dict_offload=True.*CPU.*crashes.*21804.*sharded")
+
+
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_fsdp_full_state_offload_follows_the_table(front_end: FrontEnd):
+    assert _build(front_end, "any_fsdp").strategy.state_dict_offload is False
+    full = front_end.package.AnyFSDPStrategy(state_dict_type="full")
+    assert _build(front_end, full).strategy.state_dict_offload is False
+    strategy = front_end.package.AnyFSDPStrategy()
     strategy.parallel_devices = [torch.device("xpu", 0)]
     assert strategy.state_dict_offload is True
 
 
-@pytest.mark.parametrize("name", ["any_fsdp", "any_fsdp2", "any_model_parallel", "any_deepspeed_stage_3"])
-def test_lightnings_cuda_only_check_does_not_refuse_our_names(name):
-    if "deepspeed" in name and importlib.util.find_spec("deepspeed") is None:
-        pytest.skip("deepspeed is not installed")
-    assert _trainer(strategy=name).strategy.root_device.type == "cpu"
+def test_fabric_fsdp_full_state_helper_follows_the_table() -> None:
+    """Fabric's checkpoint code gathers through our helper (no CPU offload on CPU) only while it runs."""
+    from front_ends import FABRIC
+
+    strategy = _build(FABRIC, anyaccel_fabric.AnyFSDPStrategy(state_dict_type="full")).strategy
+    originals = lightning_fsdp._get_full_state_dict_context, lightning_model_parallel._get_full_state_dict_context
+    with strategy._lightning_full_state_dict():
+        assert lightning_fsdp._get_full_state_dict_context is lightning_model_parallel._get_full_state_dict_context
+        assert lightning_fsdp._get_full_state_dict_context is not originals[0]
+    assert (lightning_fsdp._get_full_state_dict_context, lightning_model_parallel._get_full_state_dict_context) == originals
 
 
+# ----- precision on the device type ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
 @pytest.mark.parametrize("precision, dtype", [("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16)])
-def test_fsdp_precision_autocasts_on_the_strategy_device(precision, dtype):
-    plugin = _trainer(strategy="any_fsdp", precision=precision).strategy.precision_plugin
-    assert isinstance(plugin, AnyFSDPPrecision)
+def test_fsdp_precision_autocasts_on_the_strategy_device(front_end: FrontEnd, precision, dtype):
+    built = _build(front_end, "any_fsdp", precision=precision)
+    plugin = front_end.strategy_precision(built)
+    assert type(plugin) is FSDP_PRECISION[front_end.name]
     assert plugin.device == "cpu"
+    # rebuilt before the front end took it (Fabric caches it: fabric.autocast() uses the cache)
+    assert front_end.precision(built) is plugin
     with plugin.forward_context():
         assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == dtype
         assert not torch.is_autocast_enabled("cuda")
@@ -72,10 +140,37 @@ def test_fsdp_precision_autocasts_on_the_strategy_device(precision, dtype):
         assert plugin.scaler is None
 
 
-def test_fsdp2_precision_is_aligned_to_the_device():
-    plugin = _trainer(strategy="any_fsdp2", precision="bf16-mixed").strategy.precision_plugin
-    assert plugin.device == "cpu"
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_fsdp2_precision_is_aligned_to_the_device(front_end: FrontEnd):
+    built = _build(front_end, "any_fsdp2", precision="bf16-mixed")
+    plugin = front_end.strategy_precision(built)
+    assert isinstance(plugin, front_end.mixed_precision) and plugin.device == "cpu"
+    assert front_end.precision(built) is plugin
 
+
+def test_fsdp_norm_clipping_without_an_fsdp_root_names_the_fix():
+    """Clipping by norm needs the root FSDP module (the strategy sets it); without one, the error says what to do."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    plugin = AnyFSDPPrecision("32-true", device="cpu")
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+    with pytest.raises(MisconfigurationException, match="auto_wrap_policy"):
+        plugin.clip_grad_by_norm(optimizer, 1.0)
+
+
+# ----- model parallel ----------------------------------------------------------------------------------
+
+def test_fabric_model_parallel_without_parallelize_fn_is_refused() -> None:
+    from front_ends import FABRIC
+
+    with pytest.raises(ShardingNotSupportedError, match=r"tensor_parallel_size='auto'\) needs your parallelize_fn.*"
+                                                        r"parallelize_fn=\.\.\..*'any_fsdp2'"):
+        _build(FABRIC, "any_model_parallel")
+    strategy = anyaccel_fabric.AnyModelParallelStrategy(lambda m, mesh: m)
+    assert type(_build(FABRIC, strategy).strategy) is anyaccel_fabric.AnyModelParallelStrategy
+
+
+# ----- DeepSpeed ---------------------------------------------------------------------------------------
 
 def test_deepspeed_missing_names_the_extra(monkeypatch):
     real = importlib.util.find_spec
@@ -94,16 +189,19 @@ def test_deepspeed_on_a_device_it_does_not_know():
 
 
 @needs_deepspeed
-def test_deepspeed_accelerator_conflict(monkeypatch):
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_deepspeed_accelerator_conflict(monkeypatch, front_end: FrontEnd):
     monkeypatch.setenv("DS_ACCELERATOR", "cuda")
     with pytest.raises(ShardingNotSupportedError, match=r"DS_ACCELERATOR='cuda' is set, but the strategy trains on"
                                                         r" 'cpu'\. Unset DS_ACCELERATOR or set it to 'cpu'"):
-        _trainer(strategy="any_deepspeed_stage_2")
+        _build(front_end, "any_deepspeed_stage_2")
 
 
 @needs_deepspeed
-def test_deepspeed_device_rank_on_cpu_is_the_local_rank():
-    strategy = _trainer(strategy="any_deepspeed").strategy
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("name", ["any_deepspeed", "any_deepspeed_stage_2"])
+def test_deepspeed_device_rank_on_cpu_is_the_local_rank(front_end: FrontEnd, name):
+    strategy = _build(front_end, name).strategy
     assert strategy.root_device.index is None  # what Lightning hands DeepSpeed: a TypeError inside it
     assert strategy.device_rank == strategy.local_rank == 0
 
@@ -122,15 +220,3 @@ def test_deepspeed_refuses_a_device_without_its_vendor_package(monkeypatch) -> N
     monkeypatch.setattr(sharding.AnyDistributedMixin, "_check_setup", lambda self: None)
     with pytest.raises(ShardingNotSupportedError, match="needs `not_an_installed_vendor.torch`, which is not installed"):
         strategy._check_setup()
-
-
-def test_fsdp_norm_clipping_without_an_fsdp_root_names_the_fix():
-    """Clipping by norm needs the root FSDP module (the strategy sets it); without one, the error says what to do."""
-    from lightning.fabric.utilities.exceptions import MisconfigurationException
-
-    from lightning_anyaccel import AnyFSDPPrecision
-
-    plugin = AnyFSDPPrecision("32-true", device="cpu")
-    optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
-    with pytest.raises(MisconfigurationException, match="auto_wrap_policy"):
-        plugin.clip_grad_by_norm(optimizer, 1.0)

@@ -4,7 +4,7 @@ The code blocks of README.md and docs/*.md are themselves tests (Sybil, configur
 repository's ``conftest.py``; ``make test-snippets`` runs them alone). Blocks shown from files
 (``literalinclude``) come from files that tests run: the two examples here,
 ``examples/shard_train.py`` (``test_sharding_cpu.py``) and ``tests/scripts/fabric_shard.py``
-(``test_fabric_sharding.py``).
+(``test_sharding_cpu.py``).
 """
 
 from __future__ import annotations
