@@ -1,6 +1,7 @@
 """Lightning Fabric with the package, in real processes on the device under test (``--device``, CPU by
 default): one device, DDP (popen/spawn/fork), bf16 autocast inside the step, collectives, save with 2
-processes / load with 1, notebook fork."""
+processes / load with 1, notebook fork. What the Trainer does too (16-mixed scaler on the device, the DDP
+names and instances) is tested once for both front ends in ``test_trainer_cpu.py``."""
 
 from __future__ import annotations
 
@@ -14,12 +15,9 @@ import torch
 from lightning import Fabric
 
 import lightning_anyaccel  # noqa: F401
-from lightning_anyaccel.fabric import AnyAccelerator, AnyDDPStrategy, AnySingleDeviceStrategy
+from lightning_anyaccel.fabric import AnyAccelerator, AnySingleDeviceStrategy
 
 from conftest import device_under_test, rank_device
-from lightning_anyaccel import runtime
-from lightning_anyaccel.devices import get_spec
-from lightning_anyaccel.distributed import ForkAfterInitError
 
 SCRIPT = Path(__file__).parent / "scripts" / "fabric_train.py"
 # A bound that only catches hangs, never a slow but correct run: a 2-process spawn run takes about
@@ -189,29 +187,3 @@ def test_fabric_single_device_loop_bf16(tmp_path, monkeypatch, device_type) -> N
     assert record["autocast_in_forward"] == [[device_type, True, "torch.bfloat16"]]
     assert record["all_reduce_sum"] == 1.0 and record["broadcast"] == {"token": "from-rank-0"}
     assert len(record["losses"]) == 4 and all(0 < v < 1e3 for v in record["losses"])
-
-
-@pytest.mark.device_generic
-def test_fabric_16_mixed_scaler_on_accelerator_device(device_type) -> None:
-    """Fabric builds 16-mixed for 'cuda' on an accelerator instance; ours autocasts and scales on the device."""
-    fabric = Fabric(accelerator=AnyAccelerator(device_type), strategy="any_single", devices=1, precision="16-mixed")
-    plugin = fabric._precision
-    assert plugin.device == device_type and plugin.scaler is not None and plugin.scaler._device == device_type
-    with fabric.autocast():
-        assert torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type) == torch.float16
-        out = torch.nn.Linear(4, 2).to(fabric.device)(torch.ones(3, 4, device=fabric.device))
-    assert out.dtype == torch.float16  # autocast really dispatched for the device type
-
-
-@pytest.mark.device_generic
-@pytest.mark.needs_devices(2)
-def test_fabric_ddp_instance_and_registry_names(device) -> None:
-    fabric = Fabric(accelerator="any", strategy="any_ddp_spawn", devices=2)
-    assert type(fabric.strategy) is AnyDDPStrategy and fabric.strategy._start_method == "spawn"
-    if runtime.is_initialized(device.type) and not get_spec(device.type).fork_safe_after_init:
-        # an earlier test used the device in this process: forking is refused, naming what works
-        with pytest.raises(ForkAfterInitError, match="any_ddp_spawn"):
-            Fabric(accelerator=AnyAccelerator(), strategy=AnyDDPStrategy(start_method="fork"), devices=2)
-        return
-    fabric = Fabric(accelerator=AnyAccelerator(), strategy=AnyDDPStrategy(start_method="fork"), devices=2)
-    assert fabric.strategy.num_processes == 2 and fabric.strategy._get_process_group_backend() == device.backend

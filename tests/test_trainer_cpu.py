@@ -1,7 +1,9 @@
 """Real Lightning training through the package's generic path (no simulation), on the device under test.
 
 CPU by default; ``pytest --device emulated:npu`` (or a real device type) runs the tests marked
-``device_generic`` on that device."""
+``device_generic`` on that device. A behaviour Fabric has too is one test parameterised by front
+end (``front_ends.py``); Fabric's own runs (its launchers, collectives, checkpoints) are in
+``test_fabric.py``."""
 
 from __future__ import annotations
 
@@ -20,11 +22,13 @@ from lightning.pytorch.callbacks import Callback, DeviceStatsMonitor
 from lightning.pytorch.loggers import CSVLogger
 
 import lightning_anyaccel  # noqa: F401  (registers names)
-from lightning_anyaccel import AnyAccelerator, AnyDDPStrategy, AnySingleDeviceStrategy
+from lightning_anyaccel import AnyAccelerator, AnySingleDeviceStrategy, runtime
 from lightning_anyaccel.demo import DemoModel, demo_loader
 from lightning_anyaccel.devices import get_spec
+from lightning_anyaccel.distributed import ForkAfterInitError
 
 from conftest import SRC
+from front_ends import FRONT_ENDS, FrontEnd
 
 TRAIN = str(Path(__file__).parent / "scripts" / "train.py")
 
@@ -80,13 +84,44 @@ def test_bf16_mixed_autocast_active_in_training_step(device_type):
     assert model.autocast_seen == [(device_type, "bfloat16")] * 6
 
 
+def _fit_through(front_end: FrontEnd, **flags):
+    """:func:`_fit` for the Trainer; for Fabric, the same model and data in the loop ``Trainer.fit`` runs."""
+    if front_end.name == "trainer":
+        return _fit(**flags)
+    torch.manual_seed(0)
+    fabric, model = front_end.build(**flags), DemoModel()
+    _fit_with_fabric(fabric, model)
+    return fabric, model
+
+
+def _fit_with_fabric(fabric, model, steps: int = 6) -> None:
+    """``steps`` optimizer steps of ``model`` on the demo data, written with Fabric."""
+    fabric.launch()
+    module, optimizer = fabric.setup(model, model.configure_optimizers())
+    for batch_idx, batch in zip(range(steps), fabric.setup_dataloaders(demo_loader())):
+        with fabric.autocast():  # what the Trainer enters around training_step
+            loss = module.training_step(batch, batch_idx)
+        fabric.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+
+
 @pytest.mark.device_generic
-def test_16_mixed_uses_device_scaler(device_type):
-    trainer, model = _fit(accelerator=AnyAccelerator(), strategy="any_single", devices=1, precision="16-mixed")
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_16_mixed_uses_device_scaler(front_end: FrontEnd, device_type):
+    """Lightning builds 16-mixed for 'cuda' on an accelerator instance; ours autocasts and scales on the device."""
+    flags = dict(accelerator=AnyAccelerator(device_type), strategy="any_single", devices=1, precision="16-mixed")
+    built, model = _fit_through(front_end, **flags)
+    plugin = front_end.precision(built)
     assert model.autocast_seen and set(model.autocast_seen) == {(device_type, "float16")}
-    assert trainer.precision_plugin.scaler is not None
-    assert trainer.precision_plugin.scaler._device == device_type
-    assert trainer.precision_plugin.scaler._scale.device.type == device_type  # the scaler ran on the device
+    assert plugin.device == device_type
+    assert plugin.scaler is not None
+    assert plugin.scaler._device == device_type
+    assert plugin.scaler._scale.device.type == device_type  # the scaler ran on the device
+    with plugin.forward_context():  # what Fabric's autocast() and Trainer's steps enter
+        assert torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type) == torch.float16
+        out = torch.nn.Linear(4, 2).to(built.strategy.root_device)(torch.ones(3, 4, device=built.strategy.root_device))
+    assert out.dtype == torch.float16  # autocast really dispatched for the device type
 
 
 @pytest.mark.device_generic
@@ -245,7 +280,7 @@ def check_loads_without_the_device(python_runner, path: Path, device_type: str) 
     assert f"{device_type}:".encode() in pickled
 
 
-def test_ddp_strategy_instance_and_names_register():
+def test_names_register():
     from lightning.pytorch.accelerators import AcceleratorRegistry
     from lightning.pytorch.strategies import StrategyRegistry
 
@@ -254,7 +289,22 @@ def test_ddp_strategy_instance_and_names_register():
     for name in ("any", "xpu", "hpu", "npu", "sdaa", "mlu", "musa"):
         assert name in AcceleratorRegistry
     assert AcceleratorRegistry["cpu"]["accelerator"].__module__.startswith("lightning.")  # Lightning keeps its own
-    trainer = Trainer(accelerator=AnyAccelerator(), strategy=AnyDDPStrategy(start_method="spawn"), devices=2,
-                      logger=False)
-    assert trainer.strategy.launcher.__class__.__name__ == "AnyMultiProcessingLauncher"
-    assert trainer.world_size == 2
+
+
+@pytest.mark.device_generic
+@pytest.mark.needs_devices(2)
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_ddp_strategy_instance_and_registry_names(front_end: FrontEnd, device):
+    ddp = front_end.package.AnyDDPStrategy
+    built = front_end.build(accelerator="any", strategy="any_ddp_spawn", devices=2)
+    assert type(built.strategy) is ddp and built.strategy._start_method == "spawn"
+    built = front_end.build(accelerator=AnyAccelerator(), strategy=ddp(start_method="spawn"), devices=2)
+    assert built.strategy.launcher.__class__.__name__ == "AnyMultiProcessingLauncher"
+    assert built.world_size == 2
+    if runtime.is_initialized(device.type) and not get_spec(device.type).fork_safe_after_init:
+        # an earlier test used the device in this process: forking is refused, naming what works
+        with pytest.raises(ForkAfterInitError, match="any_ddp_spawn"):
+            front_end.build(accelerator=AnyAccelerator(), strategy=ddp(start_method="fork"), devices=2)
+        return
+    built = front_end.build(accelerator=AnyAccelerator(), strategy=ddp(start_method="fork"), devices=2)
+    assert built.strategy.num_processes == 2 and built.strategy._get_process_group_backend() == device.backend
