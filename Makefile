@@ -89,7 +89,7 @@ clean:
 # BENCH_ARGS="--device emulated:npu" runs them on the tests' emulated device (tests/emulator).
 BENCH_ARGS ?=
 bench: install
-	$(PYTHON) -c "import matplotlib" 2>/dev/null || $(PYTHON) -m pip install -e ".[bench]"
+	$(PYTHON) -c "import matplotlib, jinja2, scipy, tabulate" 2>/dev/null || $(PYTHON) -m pip install -e ".[bench]"
 	$(PYTHON) -m benchmarks $(BENCH_ARGS)
 
 # Regenerate the locks from pyproject.toml and requirements/*.in (hashes of every file; torch

@@ -25,6 +25,11 @@ RESULTS_DIR = ROOT / "benchmarks" / "results"
 SCHEMA = "lightning-anyaccel-bench/1"
 
 
+def results_for(device_type: str) -> Path:
+    """The results file of a device type: ``benchmarks/results/<type>.json``."""
+    return RESULTS_DIR / f"{device_type}.json"
+
+
 def child_env(threads: int = 1, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for benchmark subprocesses: this checkout importable, ``threads`` intra-op threads."""
     env = dict(os.environ)
