@@ -18,7 +18,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import torch
 from lightning.pytorch.accelerators import Accelerator
