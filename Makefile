@@ -8,7 +8,8 @@ PYTHON ?= $(VENV)/bin/python
 # The main environment's torch when none is importable: the CPU build at hand on the project's
 # machines (about 30 s to install). The newest release (2.15.0) is not the default: PyPI has only its
 # CUDA build (with its nvidia-* libraries about 4.5 GB to download and unpack into every fresh
-# environment) and so far only the test-compat files ran on it (torch-newest, below).
+# environment), and on a CUDA build torch refuses the emulated xpu/hpu of `make test` next to CUDA
+# (docs/emulator.md): the newest release runs as the torch-newest end of test-compat, below.
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 # The dev/CI tools and the package's dependencies, pinned with hashes (`make lock` regenerates it).
