@@ -8,13 +8,14 @@ PYTHON ?= $(VENV)/bin/python
 # The main environment's torch when none is importable: the CPU build at hand on the project's
 # machines (about 30 s to install). The newest release (2.15.0) is not the default: PyPI has only its
 # CUDA build (with its nvidia-* libraries about 4.5 GB to download and unpack into every fresh
-# environment) and so far only the test-compat files ran on it (torch-newest, below).
+# environment), and on a CUDA build torch refuses the emulated xpu/hpu of `make test` next to CUDA
+# (docs/emulator.md): the newest release runs as the torch-newest end of test-compat, below.
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 # The dev/CI tools and the package's dependencies, pinned with hashes (`make lock` regenerates it).
 LOCK := requirements/dev.lock
 
-.PHONY: install run test test-snippets emulator bench docs lab clean lock test-compat
+.PHONY: install run test typecheck test-snippets emulator bench docs lab clean lock test-compat
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -57,12 +58,17 @@ TEST_WORKERS ?= 2
 # On xpu, not the workloads either: GPT-2's attention can not run on emulated xpu (docs/emulator.md).
 SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook
 PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS)
-test: install emulator
+test: install emulator typecheck
 	$(PYTEST)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
 	$(PYTEST) -m device_generic --device emulated:acme -q
 	$(PYTEST) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS) and not test_workloads"
 	$(PYTEST) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)"
+
+# mypy on src/ (configured in pyproject.toml: `@override` on every overriding method is checked). Its
+# cache (.mypy_cache/) makes a second run take seconds; the first analyses torch and Lightning too.
+typecheck: install
+	$(PYTHON) -m mypy
 
 # Only the code blocks of README.md and docs/*.md, and the examples the docs show from files.
 test-snippets: install
@@ -82,14 +88,14 @@ lab: install
 		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
-	rm -rf $(VENV) _build lightning_logs .pytest_cache notebooks/runs tests/emulator/_build $(COMPAT_DIR)
+	rm -rf $(VENV) _build lightning_logs .pytest_cache .mypy_cache notebooks/runs tests/emulator/_build $(COMPAT_DIR)
 
 # Benchmarks (benchmarks/, docs/benchmarks.md): `make bench` (9 min on 2 otherwise idle cores, 22 min
 # when shared at load 9-16), `make bench BENCH_ARGS=--quick`;
 # BENCH_ARGS="--device emulated:npu" runs them on the tests' emulated device (tests/emulator).
 BENCH_ARGS ?=
 bench: install
-	$(PYTHON) -c "import matplotlib" 2>/dev/null || $(PYTHON) -m pip install -e ".[bench]"
+	$(PYTHON) -c "import matplotlib, jinja2, scipy, tabulate" 2>/dev/null || $(PYTHON) -m pip install -e ".[bench]"
 	$(PYTHON) -m benchmarks $(BENCH_ARGS)
 
 # Regenerate the locks from pyproject.toml and requirements/*.in (hashes of every file; torch

@@ -24,6 +24,11 @@ RESULTS_DIR = ROOT / "benchmarks" / "results"
 SCHEMA = "lightning-anyaccel-bench/1"
 
 
+def results_for(device_type: str) -> Path:
+    """The results file of a device type: ``benchmarks/results/<type>.json``."""
+    return RESULTS_DIR / f"{device_type}.json"
+
+
 def bench_env(threads: int = 1, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for benchmark subprocesses: this checkout importable, ``threads`` intra-op threads,
     warnings off, collectives on the loopback device (:func:`lightning_anyaccel.local_runs.child_env`)."""

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, SCHEMA, load_average, metadata, write_json
+from benchmarks.common import ROOT, SCHEMA, load_average, metadata, results_for, write_json
 
 SECTIONS: tuple[str, ...] = ("overhead", "transformer", "strategies", "collective", "first_step", "device_calls")
 #: ``--device emulated:NAME``: the emulated PrivateUse1 device of the tests (``tests/emulator``), loaded
@@ -148,8 +148,6 @@ def main(argv: list[str] | None = None) -> int:
     doc = run_all(settings, sections)
     doc["meta"]["overrides"] = list(args.set)  # the --set fields, to reproduce the run
     if args.out is None:
-        from benchmarks.report import results_for
-
         args.out = results_for(doc["meta"]["device"]["type"])
     write_json(args.out, doc)
     print(f"[bench] wrote {args.out} ({doc['meta']['runtime_s']} s)")

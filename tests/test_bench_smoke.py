@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -154,3 +156,42 @@ def test_committed_pages_are_rendered_from_their_results(tmp_path, results) -> N
     assert fresh.read_text() == page.read_text(), f"{page.name} is stale: python -m benchmarks.report {results}"
     if doc.get("strategies", {}).get("settings", {}).get("processes") == 1:
         assert "**One device.**" in fresh.read_text() and "1 process (" in fresh.read_text()
+
+
+def _order_statistic_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """The median's interval as benchmarks/report.py computed it by hand before it asked scipy: the order
+    statistics x(j), x(n+1-j) with the largest j whose coverage 1 - 2 P(B <= j-1), B ~ Binomial(n, 1/2), is >= level."""
+    data, n, best = sorted(values), len(values), None
+    for j in range(1, n // 2 + 1):
+        if 1 - 2 * sum(math.comb(n, i) for i in range(j)) / 2**n < level:
+            break
+        best = (data[j - 1], data[n - j])
+    return best
+
+
+def _round_values(node: Any) -> Iterator[list[float]]:
+    """Every per-round ``values`` list of a results file."""
+    if isinstance(node, dict):
+        if isinstance(node.get("values"), list):
+            yield node["values"]
+        for value in node.values():
+            yield from _round_values(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _round_values(item)
+
+
+def test_median_interval_is_the_order_statistic_interval() -> None:
+    """scipy's interval of the median is the one the page always gave: on every per-round list of the committed
+    results (so their verdicts stay), on ties, and on 1 to 40 rounds (fewer than 6 give none)."""
+    from benchmarks import report
+
+    rng = random.Random(0)
+    samples = [v for f in sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+               for v in _round_values(json.loads(f.read_text()))]
+    assert len(samples) > 20
+    samples += [[rng.lognormvariate(0, 0.2) for _ in range(n)] for n in range(1, 41) for _ in range(5)]
+    samples += [[float(rng.randint(0, 3)) for _ in range(n)] for n in range(1, 41)]
+    for values in samples:
+        assert report.median_ci(values) == _order_statistic_interval(values), values
+    assert report.median_ci([1.0, 2.0, 3.0, 4.0, 5.0]) is None and report.median_ci([]) is None

@@ -90,10 +90,12 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
                 + ", or use AnyAccelerator() to take whatever device is present (CPU otherwise)."
             )
 
+    @override
     def __reduce__(self) -> tuple[Any, tuple[str | None]]:
         # per-device classes are made at runtime; rebuild through the factory in spawned children
         return (self._unbound, (self.device_type,))
 
+    @override
     def __repr__(self) -> str:
         return f"AnyAccelerator({self.device_type!r})"
 
@@ -105,7 +107,7 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
 
     @classmethod
     @override
-    def name(cls) -> str:  # type: ignore[override]
+    def name(cls) -> str:
         """The registry name: the device type, or ``"any"`` on the unbound base class."""
         return cls.device_type or "any"
 
@@ -194,6 +196,7 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         if seed is not None:
             runtime.seed(self.device_type, seed)
 
+    @override
     def setup(self, trainer: Any) -> None:
         """Trainer only: check the device can do the precision, and give each rank its own weights.
 
@@ -256,7 +259,8 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
             def is_available() -> bool:
                 return runtime.is_available(device_type)
 
-            _CLASSES[key] = type(cls)(
+            metaclass: type[type] = type(cls)  # Lightning's Accelerator is an ABC: its metaclass
+            _CLASSES[key] = metaclass(
                 f"AnyAccelerator[{device_type}]",
                 (cls,),
                 {

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader, TensorDataset
+from typing_extensions import override
 
 
 def demo_data(n: int = 256, features: int = 16, seed: int = 0, split: str = "train") -> TensorDataset:
@@ -48,9 +49,11 @@ class DemoModel(LightningModule):
         self.autocast_seen: list[tuple[str, str]] = []
         self.losses: list[float] = []
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
+    @override
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
         device_type = x.device.type
@@ -61,9 +64,11 @@ class DemoModel(LightningModule):
         self.log("train_loss", loss, prog_bar=False)
         return loss
 
+    @override
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         x, y = batch
         self.log("val_loss", torch.nn.functional.mse_loss(self(x).float(), y), sync_dist=True)
 
+    @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+        return torch.optim.SGD(self.parameters(), lr=self.hparams["lr"])

@@ -72,6 +72,7 @@ class _AllReduceSum(torch.autograd.Function):
     """``all_reduce`` (sum) whose backward all-reduces the gradient: every rank's output depends on every input."""
 
     @staticmethod
+    @override
     def forward(ctx: Any, tensor: Tensor, group: Any) -> Tensor:
         ctx.group = group
         tensor = tensor.clone()
@@ -79,6 +80,7 @@ class _AllReduceSum(torch.autograd.Function):
         return tensor
 
     @staticmethod
+    @override
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, group=ctx.group)
@@ -94,6 +96,7 @@ def all_reduce_sum(tensor: Tensor, group: Any) -> Tensor:
 _BatchNormBase = _lightning.private("torch.nn.modules.batchnorm", "_BatchNorm")
 
 
+# The base is looked up at run time (_lightning.private): mypy sees a variable, not a class, hence the ignore.
 class DeviceSyncBatchNorm(_BatchNormBase):  # type: ignore[misc,valid-type]
     """``torch.nn.SyncBatchNorm`` built from tensor operations and ``all_reduce``: runs on every device.
 

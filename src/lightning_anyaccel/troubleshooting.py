@@ -8,6 +8,8 @@ and that every linked class has its label on the page.
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 #: the hosted troubleshooting page (pyproject.toml's Documentation URL + docs/troubleshooting.html)
 TROUBLESHOOTING_URL = "https://lightning-anyaccel.readthedocs.io/en/latest/docs/troubleshooting.html"
 
@@ -21,5 +23,6 @@ class LinkedError:
     """Mixin for the package's exception classes (first base): ``str()`` ends with the class's
     troubleshooting entry. The message itself, ``args`` and pickling are unchanged."""
 
+    @override
     def __str__(self) -> str:
         return f"{super().__str__()} (troubleshooting: {troubleshooting_link(type(self))})"
