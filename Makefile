@@ -24,13 +24,14 @@ $(STAMP): pyproject.toml $(LOCK) | $(VENV)/bin/python
 	@# torch stays outside the lock: never replace one that is already importable (vendor builds)
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH_SPEC)"
 	@# Everything else exactly as locked, every file's hash checked, installed by uv (the locked one,
-	@# installed first by pip: a minute less than pip for the whole lock). --no-deps: the lock is
+	@# installed first by pip: about half the time pip takes for the whole lock; --compile-bytecode as pip
+	@# does, so that no test process compiles them). --no-deps: the lock is
 	@# complete without torch, so nothing resolves (or can ever swap) torch. DeepSpeed is in the lock
 	@# and builds without ops (they compile at first use).
 	@mkdir -p $(dir $@)
 	awk '/^uv==/ {p = 1; print; next} p && /^[^ ]/ {p = 0} p' $(LOCK) > $(dir $@).uv-requirement.txt
 	$(PYTHON) -m pip install -q --require-hashes --no-deps -r $(dir $@).uv-requirement.txt
-	DS_BUILD_OPS=0 $(PYTHON) -m uv pip install -q --python $(PYTHON) --require-hashes --no-deps -r $(LOCK)
+	DS_BUILD_OPS=0 $(PYTHON) -m uv pip install -q --compile-bytecode --python $(PYTHON) --require-hashes --no-deps -r $(LOCK)
 	@# the package itself, built by the locked setuptools
 	$(PYTHON) -m uv pip install -q --python $(PYTHON) --no-deps --no-build-isolation -e .
 	@# a vendor environment may carry unrelated conflicts: report them, do not fail on them
