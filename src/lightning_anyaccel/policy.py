@@ -123,7 +123,7 @@ def check(view: _lightning.ConnectorView) -> None:
     Raises:
         StrategyNotSupportedError: a Lightning strategy that would train elsewhere or run CUDA-only code.
     """
-    from lightning_anyaccel.strategies.common import AnyStrategyMixin
+    from lightning_anyaccel.strategies.base import AnyStrategyMixin
 
     if isinstance(view.strategy, AnyStrategyMixin):
         return
@@ -133,7 +133,7 @@ def check(view: _lightning.ConnectorView) -> None:
 
 def _refuse_foreign(strategy: Any, accelerator: Any) -> None:
     """Refuse a strategy that is not the package's where it would not train on the accelerator's device."""
-    from lightning_anyaccel.strategies.common import AnyStrategyMixin
+    from lightning_anyaccel.strategies.base import AnyStrategyMixin
 
     if isinstance(strategy, AnyStrategyMixin):
         return
