@@ -72,6 +72,9 @@ class DeviceSpec:
             local ranks get. Gaudi: the HCCL backend gives local rank *i* the module ID *i*, or the
             *i*-th entry of ``HABANA_VISIBLE_MODULES`` (Intel Gaudi documentation, "Gaudi-to-process
             Assignment"); every rank's device is ``hpu:0``.
+        host: ``True`` for the host itself (CPU): one unnumbered device (``cpu``, never ``cpu:1``) in
+            host memory, always available, never initialised, with nothing to select, seed or empty.
+            What the package does differently there asks this field, never the device's name.
         notes: one line for the support matrix.
     """
 
@@ -92,6 +95,7 @@ class DeviceSpec:
     deepspeed_accelerator: str | None = None
     fsdp_full_state_offload: bool = True
     process_device_env: str | None = None
+    host: bool = False
     notes: str = ""
 
     def supports_precision(self, precision: str) -> bool:
@@ -121,6 +125,7 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             notes="Processes, not devices: `devices=N` starts N processes.",
             deepspeed_accelerator="cpu",
             fsdp_full_state_offload=False,
+            host=True,
         ),
         DeviceSpec(
             type="cuda",
@@ -393,7 +398,7 @@ def derive_spec(device_type: str) -> DeviceSpec | None:
         private_use1=private_use1,
         seeded_by_torch=private_use1 and callable(getattr(module, "manual_seed_all", None)),
         seed_functions=tuple(name for name in ("manual_seed_all", "manual_seed")
-                             if callable(getattr(module, name, None)) and device_type != "cpu"),
+                             if callable(getattr(module, name, None)) and not is_host(device_type)),
         memory_stats="accelerator",
         fork_safe_after_init=not callable(getattr(module, "_is_in_bad_fork", None)),
         profiler_activity="PrivateUse1" if private_use1 else None,
@@ -427,6 +432,25 @@ def known_device_types() -> list[str]:
     True
     """
     return sorted(DEVICE_TABLE) + [t for t in present_device_types() if t not in DEVICE_TABLE]
+
+
+def is_host(device_type: str) -> bool:
+    """Whether ``device_type`` is the host itself (:attr:`DeviceSpec.host`: CPU).
+
+    >>> is_host("cpu"), is_host("xpu")
+    (True, False)
+    """
+    spec = DEVICE_TABLE.get(device_type)
+    return spec is not None and spec.host
+
+
+def device_of(device_type: str, index: int = 0) -> torch.device:
+    """Device ``index`` of ``device_type`` (``xpu:1``); the host has one unnumbered device (``cpu``).
+
+    >>> device_of("xpu", 1), device_of("cpu", 1)
+    (device(type='xpu', index=1), device(type='cpu'))
+    """
+    return torch.device(device_type) if is_host(device_type) else torch.device(device_type, index)
 
 
 def get_spec(device_type: str) -> DeviceSpec:

@@ -34,7 +34,7 @@ import logging
 from typing import Any
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.devices import get_spec
+from lightning_anyaccel.devices import get_spec, is_host
 from lightning_anyaccel.precision import align_precision_plugin
 from lightning_anyaccel.troubleshooting import LinkedError
 
@@ -223,7 +223,7 @@ def log_device_info(trainer: Any) -> None:
         found = runtime.detect_device_type()
     except Exception:  # noqa: BLE001 - see the docstring
         found = used
-    if found == "cpu":
+    if is_host(found):
         rank_zero.rank_zero_info(f"No accelerator found: training on CPU (AnyAccelerator, {trainer.num_devices}"
                                  " process(es))")
         return

@@ -13,6 +13,7 @@ from typing import Any
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning, supervision
+from lightning_anyaccel.devices import is_host
 from lightning_anyaccel.distributed import check_fork_safe
 from lightning_anyaccel.strategies.base import fabric_class
 
@@ -40,7 +41,7 @@ class SafeLaunchMixin:
 
     @override
     def _wrapping_function(self, process_idx: int, *rest: Any) -> Any:
-        if self._start_method == "spawn" and self._strategy.root_device.type == "cpu":
+        if self._start_method == "spawn" and is_host(self._strategy.root_device.type):
             rest = _lightning.private(
                 "lightning.fabric.strategies.launchers.multiprocessing", "_disable_module_memory_sharing"
             )(rest)

@@ -31,6 +31,7 @@ from lightning.pytorch.strategies import SingleDeviceStrategy
 from typing_extensions import override
 
 from lightning_anyaccel.accelerator import process_devices
+from lightning_anyaccel.devices import device_of
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.strategies.base import AnyStrategyMixin, fabric_class
 from lightning_anyaccel.strategies.parameter_moves import FabricParameterMovesMixin, TrainerParameterMovesMixin
@@ -86,7 +87,7 @@ class LazyDeviceMixin(AnyStrategyMixin):
                     f"{type(self).__name__}() has no device yet: pass it with an accelerator,"
                     f" or give one, e.g. {type(self).__name__}('xpu:0')."
                 )
-            return torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu")
+            return device_of(device_type)
         return self._root_device
 
     @property
