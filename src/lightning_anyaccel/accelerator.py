@@ -133,7 +133,7 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         """
         device_type = cls._type()
         if is_host(device_type):
-            return _lightning.private("lightning.fabric.accelerators.cpu", "_parse_cpu_cores")(devices)
+            return _lightning.parse_cpu_cores(devices)
         available = runtime.device_count(device_type)
         name = get_spec(device_type).name
         indices = _device_indices(devices, available)
@@ -205,9 +205,7 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         check_device_supports(getattr(strategy.precision_plugin, "precision", ""), strategy.root_device)
         module = strategy.lightning_module
         if is_host(self.device_type) and module is not None and any(p.is_shared() for p in module.parameters()):
-            _lightning.private(
-                "lightning.fabric.strategies.launchers.multiprocessing", "_disable_module_memory_sharing"
-            )(module)
+            _lightning.disable_module_memory_sharing(module)
 
     @override
     def teardown(self) -> None:

@@ -29,6 +29,8 @@ from typing import Any, Literal
 
 import torch
 
+from lightning_anyaccel import _lightning
+
 MemoryStatsSource = Literal["accelerator", "device_module", "mps", "cpu"]
 
 #: Precision flag -> the autocast dtype name it needs.
@@ -400,7 +402,7 @@ def derive_spec(device_type: str) -> DeviceSpec | None:
         seed_functions=tuple(name for name in ("manual_seed_all", "manual_seed")
                              if callable(getattr(module, name, None)) and not is_host(device_type)),
         memory_stats="accelerator",
-        fork_safe_after_init=not callable(getattr(module, "_is_in_bad_fork", None)),
+        fork_safe_after_init=not _lightning.has_bad_fork_check(module),
         profiler_activity="PrivateUse1" if private_use1 else None,
         notes="Derived from PyTorch at runtime (no entry in the device table).",
     )

@@ -30,11 +30,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from typing_extensions import override
 
+from lightning_anyaccel import _lightning
 from lightning_anyaccel._lightning import LIGHTNING, FrontEnd, port
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class FrontEndSide(ABC):
     def launcher_class(self) -> type:
         """The front end's spawn/fork launcher with the package's fixes (``AnyMultiProcessingLauncher``)."""
 
-    def port(self, obj: Any) -> Any:
+    def port(self, obj: T) -> T:
         """``obj`` (a class of ``lightning`` or of the package) for :attr:`package`."""
         return port(obj, self.package)
 
@@ -102,7 +105,7 @@ class TrainerSide(FrontEndSide):
 
     @override
     def given_precision_plugin(self, strategy: Any) -> Any:
-        return strategy._precision_plugin
+        return _lightning.trainer_given_precision(strategy)
 
     @override
     def set_world_ranks(self, strategy: Any) -> None:
@@ -125,13 +128,13 @@ class TrainerSide(FrontEndSide):
     def deepspeed_strategy_class(self) -> type:
         from lightning.pytorch.strategies import DeepSpeedStrategy
 
-        return self.port(DeepSpeedStrategy)  # type: ignore[no-any-return]
+        return self.port(DeepSpeedStrategy)
 
     @override
     def launcher_class(self) -> type:
         from lightning_anyaccel.strategies.process_launchers import AnyMultiProcessingLauncher
 
-        return self.port(AnyMultiProcessingLauncher)  # type: ignore[no-any-return]
+        return self.port(AnyMultiProcessingLauncher)
 
 
 @dataclass(frozen=True)
@@ -150,16 +153,15 @@ class FabricSide(FrontEndSide):
 
     @override
     def given_precision_plugin(self, strategy: Any) -> Any:
-        return strategy._precision
+        return _lightning.fabric_given_precision(strategy)
 
     @override
     def set_world_ranks(self, strategy: Any) -> None:
-        strategy._set_world_ranks()
+        _lightning.fabric_set_world_ranks(strategy)
 
     @override
     def fsdp_options(self, strategy: Any) -> dict[str, Any]:
-        options: dict[str, Any] = strategy._fsdp_kwargs
-        return options
+        return _lightning.fabric_fsdp_kwargs(strategy)
 
     @override
     def fsdp_precision_classes(self) -> tuple[type, type]:
@@ -173,13 +175,13 @@ class FabricSide(FrontEndSide):
     def deepspeed_strategy_class(self) -> type:
         from lightning.fabric.strategies import DeepSpeedStrategy
 
-        return self.port(DeepSpeedStrategy)  # type: ignore[no-any-return]
+        return self.port(DeepSpeedStrategy)
 
     @override
     def launcher_class(self) -> type:
         from lightning_anyaccel.strategies.process_launchers import FabricMultiProcessingLauncher
 
-        return self.port(FabricMultiProcessingLauncher)  # type: ignore[no-any-return]
+        return self.port(FabricMultiProcessingLauncher)
 
 
 __all__ = ["FabricSide", "FrontEndSide", "TrainerSide"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from lightning_anyaccel import _compat
+from lightning_anyaccel import _compat, _lightning
 from lightning_anyaccel.devices import DEVICE_TABLE, get_spec, is_host, known_device_types
 from lightning_anyaccel.troubleshooting import LinkedError
 
@@ -144,11 +144,10 @@ def is_initialized(device_type: str) -> bool:
         module = device_module(device_type)
     except DeviceNotAvailableError:
         return False
-    for name in ("is_initialized", "_is_in_bad_fork"):
-        probe = getattr(module, name, None)
-        if callable(probe) and probe():
-            return True
-    return False
+    probe = getattr(module, "is_initialized", None)
+    if callable(probe) and probe():
+        return True
+    return _lightning.is_in_bad_fork(module)
 
 
 def seed(device_type: str, value: int) -> bool:

@@ -91,7 +91,7 @@ def all_reduce_sum(tensor: Tensor, group: Any) -> Tensor:
 
 
 #: torch's base class of every BatchNorm (``BatchNorm1d/2d/3d``, ``SyncBatchNorm``): parameters, buffers, reset.
-_BatchNormBase = _lightning.private("torch.nn.modules.batchnorm", "_BatchNorm")
+_BatchNormBase = _lightning.batchnorm_base()
 
 
 class DeviceSyncBatchNorm(_BatchNormBase):  # type: ignore[misc,valid-type]

@@ -60,7 +60,6 @@ class AnyStrategyMixin:
 
     root_device: torch.device
     accelerator: Any
-    _checkpoint_io: Any
     #: The name the strategy registers under.
     strategy_name: ClassVar[str] = ""
     #: The Lightning package the class is built on (:func:`lightning_anyaccel._lightning.port` sets it).
@@ -112,13 +111,13 @@ class AnyStrategyMixin:
 
         Set lazily rather than in ``__init__``, so ``plugins=[MyCheckpointIO()]`` still works.
         """
-        if self._checkpoint_io is None:
-            self._checkpoint_io = self.side.port(AtomicCheckpointIO)()
+        if _lightning.checkpoint_io_given(self) is None:
+            _lightning.set_checkpoint_io(self, self.side.port(AtomicCheckpointIO)())
         return super().checkpoint_io  # type: ignore[misc]
 
     @checkpoint_io.setter
     def checkpoint_io(self, io: Any) -> None:
-        self._checkpoint_io = io
+        _lightning.set_checkpoint_io(self, io)
 
     @classmethod
     @override

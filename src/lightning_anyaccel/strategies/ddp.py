@@ -112,12 +112,7 @@ class AnyDDPStrategy(TrainerParameterMovesMixin, AnyDDPMixin, DDPStrategy):
     @override
     def _register_ddp_hooks(self) -> None:
         """Register DDP comm hooks on every device type (Lightning does it on CUDA only)."""
-        _lightning.private("lightning.pytorch.overrides.distributed", "_register_ddp_comm_hook")(
-            model=self.model,
-            ddp_comm_state=self._ddp_comm_state,
-            ddp_comm_wrapper=self._ddp_comm_wrapper,
-            ddp_comm_hook=self._ddp_comm_hook,
-        )
+        _lightning.register_ddp_comm_hook(model=self.model, **_lightning.ddp_comm_settings(self))
 
 
 @fabric_class("AnyDDPStrategy")
@@ -133,8 +128,8 @@ class FabricDDPStrategy(FabricParameterMovesMixin, AnyDDPMixin, FabricDDP):
 
     @override
     def setup_module(self, module: Module) -> DistributedDataParallel:
-        device_ids = self._determine_ddp_device_ids()
-        return self._wrap_ddp(module, device_ids)  # type: ignore[no-any-return]
+        device_ids = _lightning.fabric_ddp_device_ids(self)
+        return self._wrap_ddp(module, device_ids)
 
 
 __all__ = ["LAUNCHER_PID_ENV", "SETUP", "START_METHODS", "AnyDDPMixin", "AnyDDPStrategy",

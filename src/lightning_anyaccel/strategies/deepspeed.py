@@ -289,14 +289,12 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         parallel_devices = self.parallel_devices
         assert parallel_devices is not None
         if self._process_group_device() is not None and self._spec.process_device_env is None:  # Gaudi: all hpu:0
-            _lightning.private("lightning.fabric.strategies.deepspeed", "_validate_device_index_selection")(
-                parallel_devices
-            )
+            _lightning.validate_device_index_selection(parallel_devices)
         reset_seed()
         self.side.set_world_ranks(self)
         build_locks.wait_for_build_locks()  # DeepSpeed may compile an op here; torch would wait on a stale lock forever
-        self._init_deepspeed_distributed()  # type: ignore[attr-defined]
-        rendezvous.bound_deepspeed_groups(self._timeout)  # DeepSpeed's own groups honour the timeout too
+        _lightning.init_deepspeed_distributed(self)
+        rendezvous.bound_deepspeed_groups(_lightning.timeout_of(self))  # DeepSpeed's own groups honour the timeout too
 
     @property
     def device_rank(self) -> int:
@@ -316,7 +314,7 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         import deepspeed
 
         build_locks.wait_for_build_locks()  # the optimizer's op (e.g. cpu_adam) may compile here
-        return deepspeed.initialize(  # type: ignore[no-any-return]
+        return deepspeed.initialize(
             args=argparse.Namespace(device_rank=self.device_rank),
             config=self.config if config is None else config,
             model=model,
@@ -439,9 +437,7 @@ class FabricDeepSpeedStrategy(FabricAtomicSaveMixin, AnyDeepSpeedMixin, FabricDe
     def _setup_distributed(self) -> None:
         self._setup_deepspeed_distributed()
         self.config.setdefault("gradient_clipping", 0.0)  # what the Trainer's strategy does without gradient_clip_val
-        if not self._config_initialized:
-            self._format_config()
-            self._config_initialized = True
+        _lightning.format_deepspeed_config_once(self)
 
     @override
     def _initialize_engine(

@@ -39,7 +39,6 @@ from typing import Any, ClassVar
 
 import torch
 from lightning.fabric.strategies import FSDPStrategy as FabricFSDP
-from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.strategies import FSDPStrategy
 from torch.nn import Module
 from torch.optim import Optimizer
@@ -88,7 +87,8 @@ def align_fsdp_precision(strategy: Any) -> None:
 def check_state_dict_offload(strategy: Any) -> None:
     """Refuse ``state_dict_offload=True`` for full state dicts where torch crashes on it (CPU)."""
     spec = strategy._spec
-    if strategy._state_dict_offload and strategy._state_dict_type == "full" and not spec.fsdp_full_state_offload:
+    state_dict_type = _lightning.fsdp_state_dict_type(strategy)
+    if strategy._state_dict_offload and state_dict_type == "full" and not spec.fsdp_full_state_offload:
         raise ShardingNotSupportedError(
             f"{type(strategy).__name__}(state_dict_offload=True, state_dict_type='full') on {spec.name}: torch's"
             " FSDP frees storage it still reads when it 'offloads' tensors that already live on CPU, and the"
@@ -171,8 +171,6 @@ class AnyFSDPMixin(AnyShardedMixin):
     strategy_name: ClassVar[str] = "any_fsdp"
     setup_steps: ClassVar[Setup] = SETUP
     _sharding_name = "FSDP"
-    _state_dict_type: str
-    _activation_checkpointing_kwargs: dict[str, Any]
     #: A ``device_mesh`` tuple held back during Lightning's setup (:func:`hold_device_mesh_shape`).
     _device_mesh_shape: tuple[int, ...] | None = None
     cpu_offload: Any
@@ -211,10 +209,8 @@ class AnyFSDPMixin(AnyShardedMixin):
         if any(isinstance(submodule, FullyShardedDataParallel) for submodule in module.modules()):
             return already_wrapped()
         wrapped = FullyShardedDataParallel(module=module, **self._fsdp_wrap_kwargs())
-        _lightning.private("lightning.fabric.strategies.fsdp", "_move_torchmetrics_to_device")(wrapped, self.root_device)
-        _lightning.private("lightning.fabric.strategies.fsdp", "_setup_activation_checkpointing")(
-            wrapped, self._activation_checkpointing_kwargs
-        )
+        _lightning.move_torchmetrics_to_device(wrapped, self.root_device)
+        _lightning.setup_activation_checkpointing(wrapped, _lightning.fsdp_activation_checkpointing_kwargs(self))
         return wrapped
 
     def _fsdp_enable_wrap(self) -> AbstractContextManager:
@@ -269,7 +265,7 @@ class AnyFSDPStrategy(AtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):
         wrapped = self._wrap_fsdp(model, functools.partial(super()._setup_model, model))
         if isinstance(self.precision_plugin, AnyFSDPPrecision):
             self.precision_plugin.fsdp_module = wrapped
-        return wrapped  # type: ignore[no-any-return]
+        return wrapped
 
     @contextmanager
     @override
@@ -281,21 +277,20 @@ class AnyFSDPStrategy(AtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):
 
     @override
     def lightning_module_state_dict(self) -> dict[str, Any]:
-        if self._state_dict_type != "full":
+        if _lightning.fsdp_state_dict_type(self) != "full":
             return super().lightning_module_state_dict()
         assert self.model is not None
         with self._full_state_dict_context(self.model):
-            return self.model.state_dict()  # type: ignore[no-any-return]
+            return self.model.state_dict()
 
     @override
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
-        if self._state_dict_type != "full":
+        if _lightning.fsdp_state_dict_type(self) != "full":
             return super().optimizer_state(optimizer)
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp import OptimStateKeyType
 
-        if isinstance(optimizer, self.side.port(LightningOptimizer)):
-            optimizer = optimizer._optimizer
+        optimizer = _lightning.unwrap_lightning_optimizer(optimizer, self.side.package)
         assert self.model is not None
         with self._full_state_dict_context(self.model):
             state = FSDP.optim_state_dict(self.model, optimizer)
@@ -327,7 +322,7 @@ class FabricFSDPStrategy(FabricAtomicSaveMixin, AnyFSDPMixin, FabricFSDP):
     @override
     def setup_module(self, module: Module) -> Module:
         """Wrap ``module`` in FSDP with ``device_id=root_device`` (Lightning passes its index, ``None`` on CPU)."""
-        return self._wrap_fsdp(module, functools.partial(super().setup_module, module))  # type: ignore[no-any-return]
+        return self._wrap_fsdp(module, functools.partial(super().setup_module, module))
 
     @override
     def module_sharded_context(self) -> AbstractContextManager:
@@ -348,19 +343,8 @@ class FabricFSDPStrategy(FabricAtomicSaveMixin, AnyFSDPMixin, FabricFSDP):
         def helper(module: Module, world_size: int = 1, rank0_only: bool = True) -> AbstractContextManager:
             return self._full_state_dict_context(module, rank0_only)
 
-        modules = [
-            self._front_end.module(name)
-            for name in ("lightning.fabric.strategies.fsdp", "lightning.fabric.strategies.model_parallel")
-        ]
-        originals = [_lightning.private(m, "_get_full_state_dict_context", self._front_end) for m in
-                     ("lightning.fabric.strategies.fsdp", "lightning.fabric.strategies.model_parallel")]
-        for module in modules:
-            module._get_full_state_dict_context = helper
-        try:
+        with _lightning.full_state_dict_context_replaced(self.side.package, helper):
             yield
-        finally:
-            for module, original in zip(modules, originals):
-                module._get_full_state_dict_context = original
 
     @override
     def save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
@@ -372,7 +356,7 @@ class FabricFSDPStrategy(FabricAtomicSaveMixin, AnyFSDPMixin, FabricFSDP):
     def load_checkpoint(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Fabric's load; a full checkpoint is loaded in the same full-state-dict mode as it was saved."""
         with self._lightning_full_state_dict():
-            return super().load_checkpoint(*args, **kwargs)  # type: ignore[no-any-return]
+            return super().load_checkpoint(*args, **kwargs)
 
 
 __all__ = ["SETUP", "AnyFSDPMixin", "AnyFSDPStrategy", "FabricFSDPStrategy", "full_state_dict_context"]

@@ -32,6 +32,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.nn import Module
 from typing_extensions import override
 
+from lightning_anyaccel import _lightning
 from lightning_anyaccel.checkpoint import AtomicSaveMixin, FabricAtomicSaveMixin
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.strategies.base import fabric_class
@@ -64,15 +65,17 @@ def size_fsdp2_mesh(strategy: Any) -> None:
 
     Lightning's ``data_parallel_size="auto"`` would make it the number of nodes.
     """
-    if strategy._tensor_parallel_size == 1 and strategy._data_parallel_size == "auto":
-        strategy._data_parallel_size = strategy.num_nodes * strategy.num_processes
+    data_parallel_size, tensor_parallel_size = _lightning.model_parallel_sizes(strategy)
+    if tensor_parallel_size == 1 and data_parallel_size == "auto":
+        _lightning.set_data_parallel_size(strategy, strategy.num_nodes * strategy.num_processes)
 
 
 def check_parallelize_fn(strategy: Any) -> None:
     """Fabric: refuse tensor parallelism without the user's ``parallelize_fn`` (no plan can be guessed)."""
-    if strategy._default_parallelize and strategy._tensor_parallel_size != 1:
+    tensor_parallel_size = _lightning.model_parallel_sizes(strategy)[1]
+    if strategy._default_parallelize and tensor_parallel_size != 1:
         raise ShardingNotSupportedError(
-            f"{type(strategy).__name__}(tensor_parallel_size={strategy._tensor_parallel_size!r}) needs your"
+            f"{type(strategy).__name__}(tensor_parallel_size={tensor_parallel_size!r}) needs your"
             " parallelize_fn: Fabric cannot guess a tensor-parallel plan. Pass"
             " AnyModelParallelStrategy(parallelize_fn=...), or use strategy='any_fsdp2' (FSDP2 only)."
         )
@@ -125,8 +128,6 @@ class AnyModelParallelMixin(AnyShardedMixin):
     strategy_name: ClassVar[str] = "any_model_parallel"
     setup_steps: ClassVar[Setup] = SETUP
     _sharding_name = "FSDP2 (ModelParallelStrategy)"
-    _data_parallel_size: Any
-    _tensor_parallel_size: Any
 
     @classmethod
     @override
@@ -161,7 +162,7 @@ def fully_shard_data_parallel(module: Module, device_mesh: Any) -> Module:
     """
     from torch.distributed.fsdp import fully_shard
 
-    return fully_shard(module, mesh=device_mesh["data_parallel"])  # type: ignore[no-any-return]
+    return fully_shard(module, mesh=device_mesh["data_parallel"])
 
 
 @fabric_class("AnyModelParallelStrategy")

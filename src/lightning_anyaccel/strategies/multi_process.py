@@ -52,11 +52,6 @@ class AnyDistributedMixin(AnyStrategyMixin):
     common besides its setup steps (those are in its family's ``SETUP``).
     """
 
-    _process_group_backend: str | None
-    _ddp_kwargs: dict[str, Any]
-    _start_method: str
-    _parallel_devices: list[torch.device] | None
-    _launcher: Any
     cluster_environment: Any
     num_nodes: int
     num_processes: int
@@ -74,7 +69,8 @@ class AnyDistributedMixin(AnyStrategyMixin):
     @property
     def parallel_devices(self) -> list[torch.device] | None:
         """The device of each local rank (Lightning's attribute; the connector sets it from the accelerator)."""
-        return self._parallel_devices
+        devices: list[torch.device] | None = _lightning.parallel_devices_of(self)
+        return devices
 
     @parallel_devices.setter
     def parallel_devices(self, devices: list[torch.device] | None) -> None:
@@ -92,7 +88,7 @@ class AnyDistributedMixin(AnyStrategyMixin):
                 " parallel_devices unset, or give a list of devices, e.g."
                 f" parallel_devices=[torch.device('hpu')] * {devices}."
             )
-        self._parallel_devices = process_devices(list(devices)) if devices else devices
+        _lightning.set_parallel_devices(self, process_devices(list(devices)) if devices else devices)
 
     @property
     def process_group_backend(self) -> str | None:
@@ -101,8 +97,9 @@ class AnyDistributedMixin(AnyStrategyMixin):
         Lightning's strategies say ``None`` until ``setup``; vendor plugins (lightning-habana) report
         their backend right after construction. ``None`` while neither devices nor accelerator are known.
         """
-        if self._process_group_backend:
-            return self._process_group_backend
+        given = _lightning.process_group_backend_given(self)
+        if given:
+            return given
         device_type = self.parallel_devices[0].type if self.parallel_devices else getattr(
             self.accelerator, "device_type", None)
         return resolve_backend(torch.device(device_type)) if device_type else None
@@ -128,11 +125,12 @@ class AnyDistributedMixin(AnyStrategyMixin):
     @property
     def timeout(self) -> timedelta:
         """How long any rank waits for the others (rendezvous and every collective)."""
-        assert self._timeout is not None
-        return self._timeout
+        timeout: timedelta | None = _lightning.timeout_of(self)
+        assert timeout is not None
+        return timeout
 
     def _resolve_backend(self) -> str:
-        return resolve_backend(self.root_device, self._process_group_backend)
+        return resolve_backend(self.root_device, _lightning.process_group_backend_given(self))
 
     @override
     def _get_process_group_backend(self) -> str:
@@ -143,10 +141,11 @@ class AnyDistributedMixin(AnyStrategyMixin):
     def _configure_launcher(self) -> None:
         """Adopt an MPI launcher's layout, then Lightning's launcher for popen, the fork-checked one otherwise."""
         self._adopt_launcher_environment()
-        if self._start_method == "popen":
+        start_method = _lightning.start_method_of(self)
+        if start_method == "popen":
             super()._configure_launcher()  # type: ignore[misc]
         else:
-            self._launcher = self.side.launcher_class()(self, start_method=self._start_method)
+            _lightning.set_launcher(self, self.side.launcher_class()(self, start_method=start_method))
         if not self.cluster_environment.creates_processes_externally:  # this process starts the workers
             supervision.prepare_launch()
         if self.parallel_devices:
@@ -193,11 +192,11 @@ class AnyDistributedMixin(AnyStrategyMixin):
         makes every backward warn that the AccumulateGrad node's stream does not match (seen on an
         H100; Lightning-AI/pytorch-lightning#21567, removed upstream by #21746).
         """
-        return DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
+        return DistributedDataParallel(module=module, device_ids=device_ids, **_lightning.ddp_kwargs(self))
 
     def _barrier(self) -> None:
         """A barrier on the device the process group was bound to (no NCCL-only ``device_ids``)."""
-        if _lightning.private("lightning.fabric.utilities.distributed", "_distributed_is_initialized")():
+        if _lightning.distributed_is_initialized():
             torch.distributed.barrier()
 
     @override

@@ -30,31 +30,23 @@ class SafeLaunchMixin:
       weights (Lightning does it only for ``CPUAccelerator``, not for other accelerators on CPU).
     """
 
-    _start_method: str
-    _strategy: Any
-
     @override
     def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
-        if self._start_method in ("fork", "forkserver"):
-            check_fork_safe(self._strategy.root_device.type)
+        if _lightning.start_method_of(self) in ("fork", "forkserver"):
+            check_fork_safe(_lightning.launcher_strategy(self).root_device.type)
         return super().launch(function, *args, **kwargs)  # type: ignore[misc]
 
     @override
     def _wrapping_function(self, process_idx: int, *rest: Any) -> Any:
-        if self._start_method == "spawn" and is_host(self._strategy.root_device.type):
-            rest = _lightning.private(
-                "lightning.fabric.strategies.launchers.multiprocessing", "_disable_module_memory_sharing"
-            )(rest)
-        with supervision.report_failure(lambda: self._strategy.global_rank):  # name the failed rank
+        strategy = _lightning.launcher_strategy(self)
+        if _lightning.start_method_of(self) == "spawn" and is_host(strategy.root_device.type):
+            rest = _lightning.disable_module_memory_sharing(rest)
+        with supervision.report_failure(lambda: strategy.global_rank):  # name the failed rank
             return super()._wrapping_function(process_idx, *rest)  # type: ignore[misc]
 
 
-_TrainerLauncher = _lightning.private(
-    "lightning.pytorch.strategies.launchers.multiprocessing", "_MultiProcessingLauncher"
-)
-_FabricLauncher = _lightning.private(
-    "lightning.fabric.strategies.launchers.multiprocessing", "_MultiProcessingLauncher"
-)
+_TrainerLauncher = _lightning.trainer_multiprocessing_launcher()
+_FabricLauncher = _lightning.fabric_multiprocessing_launcher()
 
 
 class AnyMultiProcessingLauncher(SafeLaunchMixin, _TrainerLauncher):

@@ -121,7 +121,7 @@ def supervise_worker(strategy: Any) -> None:
 
 def check_start_method(strategy: Any) -> None:
     """Say which strategy to use when the start method can not work here (notebooks, no ``fork``)."""
-    method = strategy._start_method
+    method = _lightning.start_method_of(strategy)
     if method in ("fork", "forkserver") and method not in mp.get_all_start_methods():
         raise NotebookLaunchError(
             f"strategy={strategy.strategy_name!r} needs the {method!r} start method, which this platform"
@@ -138,7 +138,7 @@ def check_start_method(strategy: Any) -> None:
 
 def check_fork_safety(strategy: Any) -> None:
     """Refuse a ``fork`` when the device was already initialised in this process."""
-    if strategy._start_method in ("fork", "forkserver"):
+    if _lightning.start_method_of(strategy) in ("fork", "forkserver"):
         check_fork_safe(strategy.device_type)
 
 
@@ -186,7 +186,7 @@ def lightning_setup_within_deadline(strategy: Any) -> None:
 
 def destroy_process_group_at_exit(strategy: Any) -> None:
     """Destroy the process group at exit for every backend (Lightning does it for NCCL only)."""
-    atexit.register(_lightning.private("lightning.fabric.utilities.distributed", "_destroy_dist_connection"))
+    atexit.register(_lightning.destroy_process_group)
 
 
 # ----- steps of the sharded strategies ------------------------------------------------------------
