@@ -9,7 +9,8 @@ holds what torch can not tell: known facts and quirks of the device types the pr
 entries refine the derived spec; they are not a whitelist. Every class in
 :mod:`lightning_anyaccel` asks :func:`get_spec` instead of branching on device names, and the
 documentation's support matrix is generated from the table, so code and docs cannot drift.
-:func:`register_device` adds or replaces an entry at runtime.
+:func:`register_device` adds or replaces an entry at runtime. The module is long because it is
+the table (one entry of known facts per device type) beside the derivation it refines.
 
 Example:
     >>> from lightning_anyaccel.devices import get_spec

@@ -24,6 +24,10 @@ Registered names: ``any_deepspeed``, ``any_deepspeed_stage_1``, ``any_deepspeed_
 (the same for Fabric). The Trainer's class is :class:`AnyDeepSpeedStrategy`, Fabric's
 ``lightning_anyaccel.fabric.AnyDeepSpeedStrategy`` (:class:`FabricDeepSpeedStrategy` here).
 
+The module is longer than most because it holds the whole family in one place: its own setup
+steps, :data:`SETUP`, the mixin both front ends share, the Trainer's class (with DeepSpeed's
+inference engine) and Fabric's.
+
 Example:
     >>> DEEPSPEED_NAMES["any_deepspeed_stage_3_offload"]
     {'stage': 3, 'offload_optimizer': True, 'offload_parameters': True}

@@ -18,7 +18,8 @@ What Lightning's ``FSDPStrategy`` does that only works on CUDA, and what :class:
   ``FullyShardedDataParallel.clip_grad_norm_``.
 
 The Trainer's class is :class:`AnyFSDPStrategy`, Fabric's ``lightning_anyaccel.fabric.AnyFSDPStrategy``
-(:class:`FabricFSDPStrategy` here).
+(:class:`FabricFSDPStrategy` here). The module holds the whole family (its steps, :data:`SETUP`,
+the shared mixin, both classes and their checkpoint hooks), hence its length.
 
 Example:
     >>> from lightning import Trainer
