@@ -245,14 +245,18 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 ()),
     PrivateName("lightning.fabric.strategies.deepspeed", "_validate_device_index_selection",
                 "strategies.deepspeed.AnyDeepSpeedMixin._setup_deepspeed_distributed", ("parallel_devices",)),
-    PrivateName("lightning.fabric.strategies.fsdp", "_move_torchmetrics_to_device", "strategies.fsdp.AnyFSDPMixin._wrap_fsdp",
+    PrivateName("lightning.fabric.strategies.fsdp", "_move_torchmetrics_to_device",
+                "strategies.fsdp.AnyFSDPMixin._wrap_fsdp",
                 ("module", "device")),
-    PrivateName("lightning.fabric.strategies.fsdp", "_setup_activation_checkpointing", "strategies.fsdp.AnyFSDPMixin._wrap_fsdp",
+    PrivateName("lightning.fabric.strategies.fsdp", "_setup_activation_checkpointing",
+                "strategies.fsdp.AnyFSDPMixin._wrap_fsdp",
                 ("module", "activation_checkpointing_kwargs")),
     PrivateName("lightning.fabric.strategies.fsdp", "_get_full_state_dict_context",
-                "strategies.fsdp.FabricFSDPStrategy._lightning_full_state_dict", ("module", "world_size", "rank0_only")),
+                "strategies.fsdp.FabricFSDPStrategy._lightning_full_state_dict",
+                ("module", "world_size", "rank0_only")),
     PrivateName("lightning.fabric.strategies.model_parallel", "_get_full_state_dict_context",
-                "strategies.fsdp.FabricFSDPStrategy._lightning_full_state_dict", ("module", "world_size", "rank0_only")),
+                "strategies.fsdp.FabricFSDPStrategy._lightning_full_state_dict",
+                ("module", "world_size", "rank0_only")),
     PrivateName("lightning.pytorch.overrides.distributed", "_register_ddp_comm_hook",
                 "strategies.AnyDDPStrategy._register_ddp_hooks", ("model", "ddp_comm_state", "ddp_comm_hook",
                                                                   "ddp_comm_wrapper")),
@@ -268,7 +272,8 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("torch.nn.modules.batchnorm", "_BatchNorm", "sync_batchnorm.DeviceSyncBatchNorm (base class)"),
     PrivateName("torch._inductor.codegen.common", "init_backend_registration", "compilation.inductor_supports", ()),
     PrivateName("multiprocessing.process", "_children", "multiprocessing_children (supervision)"),
-    PrivateName("torch.cuda", "_is_in_bad_fork", "is_in_bad_fork, has_bad_fork_check (runtime, devices: any device module's)"),
+    PrivateName("torch.cuda", "_is_in_bad_fork",
+                "is_in_bad_fork, has_bad_fork_check (runtime, devices: any device module's)"),
     PrivateName("torch._inductor.codegen.common", "get_scheduling_for_device", "compilation.inductor_supports",
                 ("device",)),
 )
@@ -281,8 +286,10 @@ _FABRIC_CONNECTOR = "lightning.fabric.connector._Connector"
 #: Every private attribute or method of a Lightning object that the package reads, writes or overrides.
 PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
     # strategies (both front ends)
-    PrivateAttribute("lightning.pytorch.strategies.Strategy", "_precision_plugin", "front_ends.FrontEndSide.given_precision_plugin"),
-    PrivateAttribute("lightning.fabric.strategies.Strategy", "_precision", "front_ends.FrontEndSide.given_precision_plugin"),
+    PrivateAttribute("lightning.pytorch.strategies.Strategy", "_precision_plugin",
+                     "front_ends.TrainerSide.given_precision_plugin"),
+    PrivateAttribute("lightning.fabric.strategies.Strategy", "_precision",
+                     "front_ends.FabricSide.given_precision_plugin"),
     PrivateAttribute("lightning.pytorch.strategies.Strategy", "_checkpoint_io", "AnyStrategyMixin.checkpoint_io"),
     PrivateAttribute("lightning.fabric.strategies.Strategy", "_checkpoint_io", "AnyStrategyMixin.checkpoint_io"),
     PrivateAttribute("lightning.pytorch.strategies.Strategy", "_launcher", "AnyDistributedMixin._configure_launcher"),
@@ -452,7 +459,8 @@ def move_torchmetrics_to_device(module: Any, device: Any) -> None:
 
 def setup_activation_checkpointing(module: Any, activation_checkpointing_kwargs: dict[str, Any]) -> None:
     """Lightning's activation checkpointing of an FSDP-wrapped module."""
-    private("lightning.fabric.strategies.fsdp", "_setup_activation_checkpointing")(module, activation_checkpointing_kwargs)
+    setup = private("lightning.fabric.strategies.fsdp", "_setup_activation_checkpointing")
+    setup(module, activation_checkpointing_kwargs)
 
 
 def validate_device_index_selection(parallel_devices: Any) -> None:

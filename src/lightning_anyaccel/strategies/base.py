@@ -84,7 +84,7 @@ class AnyStrategyMixin:
         run_setup(self, self.setup_steps, launching=True)
 
     def lightning_setup_environment(self) -> None:
-        """Lightning's own ``setup_environment`` (the step :func:`~lightning_anyaccel.strategies.steps.lightning_setup`)."""
+        """Lightning's own ``setup_environment`` (run by the step :func:`~.steps.lightning_setup`)."""
         super(AnyStrategyMixin, self).setup_environment()  # type: ignore[misc]
 
     @override

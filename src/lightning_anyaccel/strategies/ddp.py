@@ -23,8 +23,9 @@ and in every worker; then the layout, gloo's interface, Lightning's setup within
 deadline, the device's precision check and the exit hook.
 
 Example:
-    >>> [step.name for step in SETUP if step.before_launch]
-    ['supervise_worker', 'check_accelerator', 'align_precision', 'check_start_method', 'check_fork_safety', 'check_backend']
+    >>> [step.name for step in SETUP if step.before_launch]  # doctest: +NORMALIZE_WHITESPACE
+    ['supervise_worker', 'check_accelerator', 'align_precision', 'check_start_method', 'check_fork_safety',
+     'check_backend']
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ def check_active_deepspeed_accelerator(strategy: Any) -> None:
 
 
 def check_inference_support(strategy: Any) -> None:
-    """Trainer: refuse kernel injection where DeepSpeed has no inference kernels for the device (it has them for cuda, hpu).
+    """Trainer: refuse kernel injection where DeepSpeed has no inference kernels for the device (cuda, hpu have them).
 
     Raises:
         ShardingNotSupportedError: ``replace_with_kernel_inject=True`` without DeepSpeed's
@@ -453,5 +453,4 @@ class FabricDeepSpeedStrategy(FabricAtomicSaveMixin, AnyDeepSpeedMixin, FabricDe
 
 
 __all__ = ["DEEPSPEED_NAMES", "SETUP", "TRAINER_SETUP", "AnyDeepSpeedMixin", "AnyDeepSpeedStrategy",
-           "DeepSpeedNotInstalledError", "FabricDeepSpeedStrategy", "ShardingNotSupportedError",
-           "deepspeed_device_types", "inference_config_keys"]
+           "DeepSpeedNotInstalledError", "FabricDeepSpeedStrategy", "deepspeed_device_types", "inference_config_keys"]

@@ -27,8 +27,9 @@ Example:
     >>> trainer = Trainer(accelerator="any", strategy="any_fsdp", devices=2, logger=False)
     >>> type(trainer.strategy).__name__
     'AnyFSDPStrategy'
-    >>> [step.name for step in SETUP][-5:]
-    ['hold_device_mesh_shape', 'lightning_setup_within_deadline', 'build_device_mesh', 'check_device_precision', 'destroy_process_group_at_exit']
+    >>> [step.name for step in SETUP][-5:]  # doctest: +NORMALIZE_WHITESPACE
+    ['hold_device_mesh_shape', 'lightning_setup_within_deadline', 'build_device_mesh', 'check_device_precision',
+     'destroy_process_group_at_exit']
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ def check_layout(strategy: Any) -> None:
 
 
 def name_socket_interface(strategy: Any) -> None:
-    """Name gloo's network interface towards the main address (:func:`~lightning_anyaccel.rendezvous.configure_socket_interface`)."""
+    """Name gloo's network interface towards the main address (:func:`~.rendezvous.configure_socket_interface`)."""
     rendezvous.configure_socket_interface(strategy.cluster_environment.main_address)
 
 
@@ -179,7 +179,7 @@ def rendezvous_deadline(strategy: Any) -> rendezvous.Deadline:
 
 
 def lightning_setup_within_deadline(strategy: Any) -> None:
-    """Lightning's own ``setup_environment`` (select the device, join the process group) within :func:`rendezvous_deadline`."""
+    """Lightning's own ``setup_environment`` (select the device, join the process group) within the deadline."""
     with rendezvous_deadline(strategy):
         strategy.lightning_setup_environment()
 
