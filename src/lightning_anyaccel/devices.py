@@ -437,13 +437,13 @@ def known_device_types() -> list[str]:
     return sorted(DEVICE_TABLE) + [t for t in present_device_types() if t not in DEVICE_TABLE]
 
 
-def is_host(device_type: str) -> bool:
-    """Whether ``device_type`` is the host itself (:attr:`DeviceSpec.host`: CPU).
+def is_host(device_type: str | None) -> bool:
+    """Whether ``device_type`` is the host itself (:attr:`DeviceSpec.host`: CPU; ``None``: not known, no).
 
     >>> is_host("cpu"), is_host("xpu")
     (True, False)
     """
-    spec = DEVICE_TABLE.get(device_type)
+    spec = DEVICE_TABLE.get(device_type) if device_type is not None else None
     return spec is not None and spec.host
 
 
