@@ -159,3 +159,14 @@ def test_every_error_links_its_troubleshooting_entry():
         assert f"({label})=\n### " in page, f"no entry labelled ({label})= on docs/troubleshooting.md"
         message = str(cls("the message."))
         assert message == f"the message. (troubleshooting: {TROUBLESHOOTING_URL}#{label})", message
+
+
+def test_architecture_module_map_matches_the_package():
+    """docs/architecture.md's module map names every module of the package, and only those."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    mapped = set(re.findall(r"^\| `([\w/]+\.py)` \|", page, flags=re.MULTILINE))
+    package = ROOT / "src" / "lightning_anyaccel"
+    modules = {path.relative_to(package).as_posix() for path in package.rglob("*.py")}
+    assert mapped == modules, (
+        f"docs/architecture.md's module map: missing {sorted(modules - mapped)}, not in the package {sorted(mapped - modules)}"
+    )

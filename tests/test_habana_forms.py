@@ -200,10 +200,12 @@ def test_deepspeed_inference_arguments_are_taken_or_named() -> None:
 
 @needs_deepspeed
 def test_deepspeed_kernel_injection_is_refused_where_deepspeed_has_no_kernels() -> None:
+    from lightning_anyaccel.strategies.deepspeed import check_inference_support
+
     trainer = Trainer(accelerator="any", strategy=AnyDeepSpeedStrategy(replace_with_kernel_inject=True), devices=2,
                       **QUIET)
     with pytest.raises(ShardingNotSupportedError, match="inference kernels.*Pass replace_with_kernel_inject=False"):
-        trainer.strategy._check_inference_support()
+        check_inference_support(trainer.strategy)
 
 
 @pytest.mark.slow

@@ -212,11 +212,10 @@ def test_deepspeed_refuses_a_device_without_its_vendor_package(monkeypatch) -> N
 
     from lightning_anyaccel.devices import get_spec
     from lightning_anyaccel.strategies import AnyDeepSpeedStrategy, ShardingNotSupportedError
-    from lightning_anyaccel.strategies import sharding
+    from lightning_anyaccel.strategies import deepspeed, sharded
 
     strategy = AnyDeepSpeedStrategy(stage=2, parallel_devices=[torch.device("cpu")] * 2)
     spec = dataclasses.replace(get_spec("cpu"), vendor_module="not_an_installed_vendor.torch")
-    monkeypatch.setattr(sharding.AnyShardedMixin, "_spec", property(lambda self: spec))
-    monkeypatch.setattr(sharding.AnyDistributedMixin, "_check_setup", lambda self: None)
+    monkeypatch.setattr(sharded.AnyShardedMixin, "_spec", property(lambda self: spec))
     with pytest.raises(ShardingNotSupportedError, match="needs `not_an_installed_vendor.torch`, which is not installed"):
-        strategy._check_setup()
+        deepspeed.check_vendor_package(strategy)

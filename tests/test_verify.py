@@ -76,7 +76,8 @@ def test_failed_check_fails_the_report(monkeypatch):
                                     "_compat", "strategies.single", "sharded_precision", "strategies.fsdp",
                                     "strategies.model_parallel", "strategies.deepspeed", "strategies.common",
                                     "strategies.sharding", "sync_batchnorm", "compilation", "build_locks",
-                                    "local_runs"])
+                                    "strategies.steps", "strategies.base", "strategies.multi_process",
+                                    "strategies.sharded", "strategies.ddp", "fabric.strategies", "front_ends", "local_runs"])
 def test_docstring_examples(module):
     import doctest
     import importlib

@@ -5,8 +5,10 @@ Lightning is published twice: as ``lightning`` (``lightning.pytorch`` for the Tr
 classes exist in both, but they are different objects: a strategy built on
 ``lightning.pytorch.strategies.DDPStrategy`` is refused by ``pytorch_lightning.Trainer``.
 
-This module is the one place that knows that, and the one place that touches what Lightning does
-not promise (names starting with ``_``):
+This module is the one place that knows that, and the one place that touches what Lightning,
+torch, DeepSpeed and ``multiprocessing`` do not promise (names starting with ``_``). It is long
+(the list of names and one small function per access) so that everything that can break with a
+new Lightning or torch release is in one file:
 
 - :class:`FrontEnd`, :data:`LIGHTNING` and :data:`PYTORCH_LIGHTNING` name the two packages, and
   :func:`port` rebuilds a class of this package on the other package's base classes. Classes of
@@ -16,8 +18,10 @@ not promise (names starting with ``_``):
   every private attribute of a Lightning object the package reads or writes, with the package
   function that depends on it (``tests/test_lightning_contract.py`` checks them on the installed
   Lightning, and checks that the package uses no private name that is not listed here); the few
-  private names of ``torch.distributed`` the package touches are listed there too;
-- :func:`private` is how the package reads a private module attribute;
+  private names of torch and ``multiprocessing`` the package touches are listed there too;
+- :func:`private` is how this module reads a listed private module attribute, and every access
+  the package needs is one small function here (:func:`destroy_process_group`,
+  :func:`ddp_kwargs`, :func:`multiprocessing_children`, ...), which the rest of the package calls;
 - :func:`install_connector_hooks` teaches Lightning's accelerator connectors (Trainer and Fabric)
   to ask :mod:`lightning_anyaccel.policy` which strategy to use with the package's accelerator;
 - :func:`install_device_info_hook` lets the policy report the device a Trainer uses (Lightning's
@@ -35,12 +39,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
 import inspect
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FunctionType
 from typing import Any, TypeVar
@@ -201,14 +206,6 @@ def _rebind(value: Any, class_cell: types.CellType, where: str) -> Any:
     return functools.update_wrapper(function, value, updated=())
 
 
-def lightning_class(obj: Any, lightning_name: str) -> type:
-    """The Lightning class named ``lightning_name`` (``"lightning.pytorch.strategies.DeepSpeedStrategy"``)
-    in the front end ``obj`` is built on; for ``super(cls, self)`` calls that skip one Lightning class."""
-    module_name, _, class_name = lightning_name.rpartition(".")
-    front_end = front_end_of(obj) or LIGHTNING
-    return getattr(front_end.module(module_name), class_name)
-
-
 # ----- private names ------------------------------------------------------------------------------
 
 
@@ -239,30 +236,34 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("lightning.fabric.accelerators.cpu", "_parse_cpu_cores", "AnyAccelerator.parse_devices",
                 ("cpu_cores",)),
     PrivateName("lightning.fabric.strategies.launchers.multiprocessing", "_disable_module_memory_sharing",
-                "SafeLaunchMixin._wrapping_function, AnyAccelerator.setup", ("data",)),
+                "process_launchers.SafeLaunchMixin._wrapping_function, AnyAccelerator.setup", ("data",)),
     PrivateName("lightning.fabric.utilities.imports", "_IS_INTERACTIVE",
-                "AnyDistributedMixin._check_start_method, policy.default_strategy"),
+                "strategies.steps.check_start_method, policy.default_strategy"),
     PrivateName("lightning.fabric.utilities.distributed", "_destroy_dist_connection",
-                "AnyDistributedMixin._destroy_at_exit", ()),
+                "strategies.steps.destroy_process_group_at_exit", ()),
     PrivateName("lightning.fabric.utilities.distributed", "_distributed_is_initialized", "AnyDistributedMixin._barrier",
                 ()),
     PrivateName("lightning.fabric.strategies.deepspeed", "_validate_device_index_selection",
-                "AnyDeepSpeedMixin._setup_deepspeed_distributed", ("parallel_devices",)),
-    PrivateName("lightning.fabric.strategies.fsdp", "_move_torchmetrics_to_device", "AnyFSDPMixin._wrap_fsdp",
+                "strategies.deepspeed.AnyDeepSpeedMixin._setup_deepspeed_distributed", ("parallel_devices",)),
+    PrivateName("lightning.fabric.strategies.fsdp", "_move_torchmetrics_to_device",
+                "strategies.fsdp.AnyFSDPMixin._wrap_fsdp",
                 ("module", "device")),
-    PrivateName("lightning.fabric.strategies.fsdp", "_setup_activation_checkpointing", "AnyFSDPMixin._wrap_fsdp",
+    PrivateName("lightning.fabric.strategies.fsdp", "_setup_activation_checkpointing",
+                "strategies.fsdp.AnyFSDPMixin._wrap_fsdp",
                 ("module", "activation_checkpointing_kwargs")),
     PrivateName("lightning.fabric.strategies.fsdp", "_get_full_state_dict_context",
-                "fabric.AnyFSDPStrategy._lightning_full_state_dict", ("module", "world_size", "rank0_only")),
+                "strategies.fsdp.FabricFSDPStrategy._lightning_full_state_dict",
+                ("module", "world_size", "rank0_only")),
     PrivateName("lightning.fabric.strategies.model_parallel", "_get_full_state_dict_context",
-                "fabric.AnyFSDPStrategy._lightning_full_state_dict", ("module", "world_size", "rank0_only")),
+                "strategies.fsdp.FabricFSDPStrategy._lightning_full_state_dict",
+                ("module", "world_size", "rank0_only")),
     PrivateName("lightning.pytorch.overrides.distributed", "_register_ddp_comm_hook",
                 "strategies.AnyDDPStrategy._register_ddp_hooks", ("model", "ddp_comm_state", "ddp_comm_hook",
                                                                   "ddp_comm_wrapper")),
     PrivateName("lightning.pytorch.strategies.launchers.multiprocessing", "_MultiProcessingLauncher",
-                "strategies.ddp.AnyMultiProcessingLauncher"),
+                "strategies.process_launchers.AnyMultiProcessingLauncher"),
     PrivateName("lightning.fabric.strategies.launchers.multiprocessing", "_MultiProcessingLauncher",
-                "fabric.strategies.AnyMultiProcessingLauncher"),
+                "strategies.process_launchers.FabricMultiProcessingLauncher"),
     PrivateName("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector",
                 "install_connector_hooks"),
     PrivateName("lightning.fabric.connector", "_Connector", "install_connector_hooks"),
@@ -270,6 +271,9 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     # torch (the same module in both front ends): Inductor's registry of device code generators
     PrivateName("torch.nn.modules.batchnorm", "_BatchNorm", "sync_batchnorm.DeviceSyncBatchNorm (base class)"),
     PrivateName("torch._inductor.codegen.common", "init_backend_registration", "compilation.inductor_supports", ()),
+    PrivateName("multiprocessing.process", "_children", "multiprocessing_children (supervision)"),
+    PrivateName("torch.cuda", "_is_in_bad_fork",
+                "is_in_bad_fork, has_bad_fork_check (runtime, devices: any device module's)"),
     PrivateName("torch._inductor.codegen.common", "get_scheduling_for_device", "compilation.inductor_supports",
                 ("device",)),
 )
@@ -282,8 +286,10 @@ _FABRIC_CONNECTOR = "lightning.fabric.connector._Connector"
 #: Every private attribute or method of a Lightning object that the package reads, writes or overrides.
 PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
     # strategies (both front ends)
-    PrivateAttribute("lightning.pytorch.strategies.Strategy", "_precision_plugin", "AnyFSDPMixin._align_precision"),
-    PrivateAttribute("lightning.fabric.strategies.Strategy", "_precision", "AnyFSDPMixin._align_precision"),
+    PrivateAttribute("lightning.pytorch.strategies.Strategy", "_precision_plugin",
+                     "front_ends.TrainerSide.given_precision_plugin"),
+    PrivateAttribute("lightning.fabric.strategies.Strategy", "_precision",
+                     "front_ends.FabricSide.given_precision_plugin"),
     PrivateAttribute("lightning.pytorch.strategies.Strategy", "_checkpoint_io", "AnyStrategyMixin.checkpoint_io"),
     PrivateAttribute("lightning.fabric.strategies.Strategy", "_checkpoint_io", "AnyStrategyMixin.checkpoint_io"),
     PrivateAttribute("lightning.pytorch.strategies.Strategy", "_launcher", "AnyDistributedMixin._configure_launcher"),
@@ -302,14 +308,14 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
                      "AnyDistributedMixin.parallel_devices"),
     PrivateAttribute("lightning.fabric.strategies.ParallelStrategy", "_parallel_devices",
                      "AnyDistributedMixin.parallel_devices"),
-    PrivateAttribute(_TRAINER_DDP, "_start_method", "AnyDistributedMixin._check_start_method"),
-    PrivateAttribute(_FABRIC_DDP, "_start_method", "AnyDistributedMixin._check_start_method"),
+    PrivateAttribute(_TRAINER_DDP, "_start_method", "strategies.steps.check_start_method"),
+    PrivateAttribute(_FABRIC_DDP, "_start_method", "strategies.steps.check_start_method"),
     PrivateAttribute(_TRAINER_DDP, "_timeout", "AnyDistributedMixin.timeout"),
     PrivateAttribute(_FABRIC_DDP, "_timeout", "AnyDistributedMixin.timeout"),
     PrivateAttribute(_TRAINER_DDP, "_ddp_kwargs", "AnyDistributedMixin._wrap_ddp"),
     PrivateAttribute(_FABRIC_DDP, "_ddp_kwargs", "AnyDistributedMixin._wrap_ddp"),
-    PrivateAttribute(_FABRIC_DDP, "_set_world_ranks", "AnyDistributedMixin._set_ranks"),
-    PrivateAttribute(_FABRIC_DDP, "_determine_ddp_device_ids", "fabric.AnyDDPStrategy.setup_module"),
+    PrivateAttribute(_FABRIC_DDP, "_set_world_ranks", "front_ends.FabricSide.set_world_ranks"),
+    PrivateAttribute(_FABRIC_DDP, "_determine_ddp_device_ids", "strategies.ddp.FabricDDPStrategy.setup_module"),
     PrivateAttribute(_TRAINER_DDP, "_setup_model", "strategies.AnyDDPStrategy._setup_model"),
     PrivateAttribute(_TRAINER_DDP, "_register_ddp_hooks", "strategies.AnyDDPStrategy._register_ddp_hooks"),
     PrivateAttribute(_TRAINER_DDP, "_ddp_comm_state", "strategies.AnyDDPStrategy._register_ddp_hooks"),
@@ -319,10 +325,10 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
     PrivateAttribute("lightning.pytorch.strategies.FSDPStrategy", "_state_dict_type", "AnyFSDPMixin"),
     PrivateAttribute("lightning.fabric.strategies.FSDPStrategy", "_state_dict_type", "AnyFSDPMixin"),
     PrivateAttribute("lightning.pytorch.strategies.FSDPStrategy", "_activation_checkpointing_kwargs",
-                     "AnyFSDPMixin._wrap_fsdp"),
+                     "strategies.fsdp.AnyFSDPMixin._wrap_fsdp"),
     PrivateAttribute("lightning.fabric.strategies.FSDPStrategy", "_activation_checkpointing_kwargs",
-                     "AnyFSDPMixin._wrap_fsdp"),
-    PrivateAttribute("lightning.fabric.strategies.FSDPStrategy", "_fsdp_kwargs", "AnyFSDPMixin._fsdp_options"),
+                     "strategies.fsdp.AnyFSDPMixin._wrap_fsdp"),
+    PrivateAttribute("lightning.fabric.strategies.FSDPStrategy", "_fsdp_kwargs", "front_ends.FabricSide.fsdp_options"),
     PrivateAttribute("lightning.pytorch.strategies.ModelParallelStrategy", "_data_parallel_size",
                      "AnyModelParallelMixin"),
     PrivateAttribute("lightning.pytorch.strategies.ModelParallelStrategy", "_tensor_parallel_size",
@@ -332,21 +338,21 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
     PrivateAttribute("lightning.fabric.strategies.ModelParallelStrategy", "_tensor_parallel_size",
                      "AnyModelParallelMixin"),
     PrivateAttribute("lightning.pytorch.strategies.DeepSpeedStrategy", "_init_deepspeed_distributed",
-                     "AnyDeepSpeedMixin._setup_deepspeed_distributed"),
+                     "strategies.deepspeed.AnyDeepSpeedMixin._setup_deepspeed_distributed"),
     PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_init_deepspeed_distributed",
-                     "AnyDeepSpeedMixin._setup_deepspeed_distributed"),
+                     "strategies.deepspeed.AnyDeepSpeedMixin._setup_deepspeed_distributed"),
     PrivateAttribute("lightning.pytorch.strategies.DeepSpeedStrategy", "_setup_model_and_optimizer",
                      "strategies.AnyDeepSpeedStrategy._setup_model_and_optimizer"),
     PrivateAttribute("lightning.pytorch.strategies.DeepSpeedStrategy", "_initialize_deepspeed_inference",
                      "strategies.AnyDeepSpeedStrategy._initialize_deepspeed_inference"),
     PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_initialize_engine",
-                     "fabric.AnyDeepSpeedStrategy._initialize_engine"),
+                     "strategies.deepspeed.FabricDeepSpeedStrategy._initialize_engine"),
     PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_config_initialized",
-                     "fabric.AnyDeepSpeedStrategy._setup_distributed"),
+                     "strategies.deepspeed.FabricDeepSpeedStrategy._setup_distributed"),
     PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_format_config",
-                     "fabric.AnyDeepSpeedStrategy._setup_distributed"),
+                     "strategies.deepspeed.FabricDeepSpeedStrategy._setup_distributed"),
     PrivateAttribute("lightning.fabric.strategies.DeepSpeedStrategy", "_setup_distributed",
-                     "fabric.AnyDeepSpeedStrategy._setup_distributed"),
+                     "strategies.deepspeed.FabricDeepSpeedStrategy._setup_distributed"),
     # launchers
     PrivateAttribute("lightning.pytorch.strategies.launchers.multiprocessing._MultiProcessingLauncher",
                      "_wrapping_function", "SafeLaunchMixin._wrapping_function"),
@@ -396,6 +402,304 @@ def private(module: str, name: str, front_end: FrontEnd = LIGHTNING) -> Any:
 def is_interactive() -> bool:
     """Whether Lightning considers this an interactive session (a notebook or a REPL)."""
     return bool(private("lightning.fabric.utilities.imports", "_IS_INTERACTIVE"))
+
+
+# ----- every access to a private name, one small function each ------------------------------------
+# The rest of the package calls these; none of it touches a private name of Lightning, torch,
+# DeepSpeed or multiprocessing itself (tests/test_lightning_contract.py checks every name used here).
+
+
+def parse_cpu_cores(devices: Any) -> int:
+    """Lightning's parsing of ``devices=`` for CPU (a count of processes).
+
+    >>> parse_cpu_cores(2)
+    2
+    """
+    return int(private("lightning.fabric.accelerators.cpu", "_parse_cpu_cores")(devices))
+
+
+def disable_module_memory_sharing(data: Any) -> Any:
+    """``data`` with every module's tensors copied out of shared memory (what ``spawn`` put them in)."""
+    return private("lightning.fabric.strategies.launchers.multiprocessing", "_disable_module_memory_sharing")(data)
+
+
+def trainer_multiprocessing_launcher() -> type:
+    """The Trainer's spawn/fork launcher class (``lightning``; :func:`port` gives the other package's)."""
+    launcher: type = private("lightning.pytorch.strategies.launchers.multiprocessing", "_MultiProcessingLauncher")
+    return launcher
+
+
+def fabric_multiprocessing_launcher() -> type:
+    """Fabric's spawn/fork launcher class (``lightning``; :func:`port` gives the other package's)."""
+    launcher: type = private("lightning.fabric.strategies.launchers.multiprocessing", "_MultiProcessingLauncher")
+    return launcher
+
+
+def destroy_process_group() -> None:
+    """Lightning's clean destruction of the default process group (a no-op when there is none)."""
+    private("lightning.fabric.utilities.distributed", "_destroy_dist_connection")()
+
+
+def distributed_is_initialized() -> bool:
+    """Whether the default process group exists (Lightning's check, safe where ``torch.distributed`` is not built)."""
+    return bool(private("lightning.fabric.utilities.distributed", "_distributed_is_initialized")())
+
+
+def register_ddp_comm_hook(model: Any, ddp_comm_state: Any, ddp_comm_hook: Any, ddp_comm_wrapper: Any) -> None:
+    """Lightning's registration of a DDP communication hook (it calls it on CUDA only)."""
+    private("lightning.pytorch.overrides.distributed", "_register_ddp_comm_hook")(
+        model=model, ddp_comm_state=ddp_comm_state, ddp_comm_hook=ddp_comm_hook, ddp_comm_wrapper=ddp_comm_wrapper
+    )
+
+
+def move_torchmetrics_to_device(module: Any, device: Any) -> None:
+    """Lightning's move of the torchmetrics inside an FSDP-wrapped module to ``device``."""
+    private("lightning.fabric.strategies.fsdp", "_move_torchmetrics_to_device")(module, device)
+
+
+def setup_activation_checkpointing(module: Any, activation_checkpointing_kwargs: dict[str, Any]) -> None:
+    """Lightning's activation checkpointing of an FSDP-wrapped module."""
+    setup = private("lightning.fabric.strategies.fsdp", "_setup_activation_checkpointing")
+    setup(module, activation_checkpointing_kwargs)
+
+
+def validate_device_index_selection(parallel_devices: Any) -> None:
+    """Lightning's check that DeepSpeed's devices are numbered ``0..n-1``."""
+    private("lightning.fabric.strategies.deepspeed", "_validate_device_index_selection")(parallel_devices)
+
+
+@contextlib.contextmanager
+def full_state_dict_context_replaced(front_end: FrontEnd, helper: Callable[..., Any]) -> Iterator[None]:
+    """Fabric's FSDP and ModelParallel checkpoint code gather full state dicts through ``helper`` while this runs.
+
+    Their ``save_checkpoint``/``load_checkpoint`` call a module-level ``_get_full_state_dict_context``
+    that always offloads to CPU; it is replaced in both modules for the duration, then restored.
+    """
+    names = ("lightning.fabric.strategies.fsdp", "lightning.fabric.strategies.model_parallel")
+    modules = [front_end.module(name) for name in names]
+    originals = [private(name, "_get_full_state_dict_context", front_end) for name in names]
+    for module in modules:
+        module._get_full_state_dict_context = helper
+    try:
+        yield
+    finally:
+        for module, original in zip(modules, originals):
+            module._get_full_state_dict_context = original
+
+
+def inductor_schedules(device_type: str) -> bool:
+    """Whether Inductor has a code generator (a scheduling) registered for ``device_type``."""
+    private("torch._inductor.codegen.common", "init_backend_registration")()
+    return private("torch._inductor.codegen.common", "get_scheduling_for_device")(device_type) is not None
+
+
+def batchnorm_base() -> type:
+    """torch's base class of every BatchNorm (``BatchNorm1d/2d/3d``, ``SyncBatchNorm``)."""
+    base: type = private("torch.nn.modules.batchnorm", "_BatchNorm")
+    return base
+
+
+def compiler_context(module: Any) -> Any:
+    """The compile context Lightning keeps on a LightningModule given as ``torch.compile(model)``, else ``None``."""
+    try:
+        return module._compiler_ctx
+    except AttributeError:
+        return None
+
+
+def backend_creators() -> dict[str, Any]:
+    """torch's registry of third-party collective backends: upper-case name -> creator (changed in place)."""
+    import torch.distributed as dist
+
+    try:
+        plugins: dict[str, Any] = dist.Backend._plugins
+    except AttributeError:
+        return {}
+    return plugins
+
+
+def has_backend_type(group: Any, backend_type: Any) -> bool:
+    """Whether the process group ``group`` registered a backend of ``backend_type``."""
+    try:
+        group._backend_id(backend_type)
+    except RuntimeError:  # no backend of this type on the group
+        return False
+    return True
+
+
+def set_default_backend(group: Any, backend_type: Any) -> None:
+    """Make ``backend_type`` the default backend of the process group ``group``."""
+    group._set_default_backend(backend_type)
+
+
+def has_bad_fork_check(device_module: Any) -> bool:
+    """Whether a torch device module can tell that a forked child inherited an initialised device."""
+    return callable(getattr(device_module, "_is_in_bad_fork", None))
+
+
+def is_in_bad_fork(device_module: Any) -> bool:
+    """Whether this process is a child forked after its parent initialised the device (where the module can tell)."""
+    try:
+        probe = device_module._is_in_bad_fork
+    except AttributeError:
+        return False
+    return callable(probe) and bool(probe())
+
+
+def multiprocessing_children() -> list[int]:
+    """The process ids of the ``multiprocessing`` children this process started and has not joined yet."""
+    import multiprocessing.process
+
+    return [child.pid for child in list(multiprocessing.process._children)]  # type: ignore[attr-defined]
+
+
+def bound_deepspeed_new_group(timeout: Any) -> bool:
+    """Make DeepSpeed's communication backend create its process groups with ``timeout``.
+
+    Returns whether DeepSpeed's backend exists (after ``deepspeed.init_distributed``) and was patched.
+    """
+    try:
+        from deepspeed.comm import comm as deepspeed_comm
+    except ImportError:
+        return False
+    backend = deepspeed_comm.cdb
+    if backend is None:
+        return False
+    import torch.distributed
+
+    def new_group(ranks: Any) -> Any:
+        return torch.distributed.new_group(ranks, timeout=timeout)
+
+    backend.new_group = new_group
+    return True
+
+
+# ----- Lightning's private state of strategies and launchers, read and written only here ----------
+
+
+def parallel_devices_of(strategy: Any) -> Any:
+    """The devices Lightning keeps for the local ranks of a parallel strategy."""
+    return strategy._parallel_devices
+
+
+def set_parallel_devices(strategy: Any, devices: Any) -> None:
+    """Store the devices of the local ranks where Lightning keeps them."""
+    strategy._parallel_devices = devices
+
+
+def process_group_backend_given(strategy: Any) -> str | None:
+    """The ``process_group_backend=`` the user gave (``None``: choose one)."""
+    backend: str | None = strategy._process_group_backend
+    return backend
+
+
+def timeout_of(strategy: Any) -> Any:
+    """The ``timeout=`` a DDP-like strategy keeps for its collectives."""
+    return strategy._timeout
+
+
+def start_method_of(obj: Any) -> str:
+    """The start method of a DDP-like strategy or of a multiprocessing launcher."""
+    method: str = obj._start_method
+    return method
+
+
+def set_launcher(strategy: Any, launcher: Any) -> None:
+    """Make ``launcher`` the strategy's launcher."""
+    strategy._launcher = launcher
+
+
+def launcher_strategy(launcher: Any) -> Any:
+    """The strategy a multiprocessing launcher starts processes for."""
+    return launcher._strategy
+
+
+def ddp_kwargs(strategy: Any) -> dict[str, Any]:
+    """The extra ``DistributedDataParallel`` arguments a DDP strategy keeps."""
+    kwargs: dict[str, Any] = strategy._ddp_kwargs
+    return kwargs
+
+
+def ddp_comm_settings(strategy: Any) -> dict[str, Any]:
+    """The Trainer DDP strategy's communication hook settings, as :func:`register_ddp_comm_hook` takes them."""
+    return {"ddp_comm_state": strategy._ddp_comm_state, "ddp_comm_hook": strategy._ddp_comm_hook,
+            "ddp_comm_wrapper": strategy._ddp_comm_wrapper}
+
+
+def fabric_ddp_device_ids(strategy: Any) -> Any:
+    """The ``device_ids`` Fabric's DDP strategy passes to ``DistributedDataParallel``."""
+    return strategy._determine_ddp_device_ids()
+
+
+def checkpoint_io_given(strategy: Any) -> Any:
+    """The checkpoint IO the strategy was given (``None``: Lightning's default)."""
+    return strategy._checkpoint_io
+
+
+def set_checkpoint_io(strategy: Any, io: Any) -> None:
+    """Give the strategy its checkpoint IO."""
+    strategy._checkpoint_io = io
+
+
+def trainer_given_precision(strategy: Any) -> Any:
+    """The precision plugin a Trainer strategy was given (``None``: Lightning's default)."""
+    return strategy._precision_plugin
+
+
+def fabric_given_precision(strategy: Any) -> Any:
+    """The precision plugin a Fabric strategy was given (``None``: Lightning's default)."""
+    return strategy._precision
+
+
+def fabric_set_world_ranks(strategy: Any) -> None:
+    """Fabric's strategies: set global rank and world size from the cluster environment."""
+    strategy._set_world_ranks()
+
+
+def fabric_fsdp_kwargs(strategy: Any) -> dict[str, Any]:
+    """The extra ``FullyShardedDataParallel`` arguments Fabric's FSDP strategy keeps."""
+    kwargs: dict[str, Any] = strategy._fsdp_kwargs
+    return kwargs
+
+
+def fsdp_state_dict_type(strategy: Any) -> str:
+    """``"full"`` or ``"sharded"``: how an FSDP strategy saves checkpoints."""
+    state_dict_type: str = strategy._state_dict_type
+    return state_dict_type
+
+
+def fsdp_activation_checkpointing_kwargs(strategy: Any) -> dict[str, Any]:
+    """The activation checkpointing arguments an FSDP strategy keeps."""
+    kwargs: dict[str, Any] = strategy._activation_checkpointing_kwargs
+    return kwargs
+
+
+def unwrap_lightning_optimizer(optimizer: Any, front_end: FrontEnd) -> Any:
+    """The torch optimizer inside the Trainer's ``LightningOptimizer`` (``optimizer`` itself otherwise)."""
+    wrapper = front_end.module("lightning.pytorch.core.optimizer").LightningOptimizer
+    return optimizer._optimizer if isinstance(optimizer, wrapper) else optimizer
+
+
+def model_parallel_sizes(strategy: Any) -> tuple[Any, Any]:
+    """``(data_parallel_size, tensor_parallel_size)`` of a ModelParallel strategy (``"auto"`` or a number)."""
+    return strategy._data_parallel_size, strategy._tensor_parallel_size
+
+
+def set_data_parallel_size(strategy: Any, size: int) -> None:
+    """Set the data-parallel (sharding) dimension of a ModelParallel strategy's mesh."""
+    strategy._data_parallel_size = size
+
+
+def init_deepspeed_distributed(strategy: Any) -> None:
+    """Lightning's start of DeepSpeed's process group (either front end)."""
+    strategy._init_deepspeed_distributed()
+
+
+def format_deepspeed_config_once(strategy: Any) -> None:
+    """Fabric's DeepSpeed strategy: complete its DeepSpeed config once (what its own setup would do)."""
+    if not strategy._config_initialized:
+        strategy._format_config()
+        strategy._config_initialized = True
 
 
 # ----- the accelerator connectors -----------------------------------------------------------------
@@ -587,8 +891,51 @@ __all__ = [
     "install_connector_hooks",
     "install_device_info_hook",
     "is_interactive",
-    "lightning_class",
     "port",
     "ported_class",
     "private",
+    "parallel_devices_of",
+    "set_parallel_devices",
+    "process_group_backend_given",
+    "timeout_of",
+    "start_method_of",
+    "set_launcher",
+    "launcher_strategy",
+    "ddp_kwargs",
+    "ddp_comm_settings",
+    "fabric_ddp_device_ids",
+    "checkpoint_io_given",
+    "set_checkpoint_io",
+    "trainer_given_precision",
+    "fabric_given_precision",
+    "fabric_set_world_ranks",
+    "fabric_fsdp_kwargs",
+    "fsdp_state_dict_type",
+    "fsdp_activation_checkpointing_kwargs",
+    "unwrap_lightning_optimizer",
+    "model_parallel_sizes",
+    "set_data_parallel_size",
+    "init_deepspeed_distributed",
+    "format_deepspeed_config_once",
+    "backend_creators",
+    "batchnorm_base",
+    "bound_deepspeed_new_group",
+    "compiler_context",
+    "destroy_process_group",
+    "disable_module_memory_sharing",
+    "distributed_is_initialized",
+    "fabric_multiprocessing_launcher",
+    "full_state_dict_context_replaced",
+    "has_backend_type",
+    "has_bad_fork_check",
+    "inductor_schedules",
+    "is_in_bad_fork",
+    "move_torchmetrics_to_device",
+    "multiprocessing_children",
+    "parse_cpu_cores",
+    "register_ddp_comm_hook",
+    "set_default_backend",
+    "setup_activation_checkpointing",
+    "trainer_multiprocessing_launcher",
+    "validate_device_index_selection",
 ]

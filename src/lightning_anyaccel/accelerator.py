@@ -26,7 +26,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning, runtime
-from lightning_anyaccel.devices import DEVICE_TABLE, get_spec, known_device_types, present_device_types
+from lightning_anyaccel.devices import DEVICE_TABLE, device_of, get_spec, is_host, known_device_types, present_device_types
 from lightning_anyaccel.precision import check_device_supports
 from lightning_anyaccel.troubleshooting import LinkedError
 
@@ -134,8 +134,8 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
             DeviceCountError: zero, negative or too many devices, or an index that does not exist.
         """
         device_type = cls._type()
-        if device_type == "cpu":
-            return _lightning.private("lightning.fabric.accelerators.cpu", "_parse_cpu_cores")(devices)
+        if is_host(device_type):
+            return _lightning.parse_cpu_cores(devices)
         available = runtime.device_count(device_type)
         name = get_spec(device_type).name
         indices = _device_indices(devices, available)
@@ -170,8 +170,8 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
                 variable that selects the cards.
         """
         device_type = cls._type()
-        if device_type == "cpu":
-            return [torch.device("cpu")] * int(devices)
+        if is_host(device_type):
+            return [device_of(device_type)] * int(devices)
         indices = list(range(devices)) if isinstance(devices, int) else [int(index) for index in devices]
         return process_devices([torch.device(device_type, index) for index in indices])
 
@@ -207,10 +207,8 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         strategy = trainer.strategy
         check_device_supports(getattr(strategy.precision_plugin, "precision", ""), strategy.root_device)
         module = strategy.lightning_module
-        if self.device_type == "cpu" and module is not None and any(p.is_shared() for p in module.parameters()):
-            _lightning.private(
-                "lightning.fabric.strategies.launchers.multiprocessing", "_disable_module_memory_sharing"
-            )(module)
+        if is_host(self.device_type) and module is not None and any(p.is_shared() for p in module.parameters()):
+            _lightning.disable_module_memory_sharing(module)
 
     @override
     def teardown(self) -> None:
@@ -301,7 +299,7 @@ def process_devices(devices: list[torch.device]) -> list[torch.device]:
         DeviceCountError: a list that numbers some devices and not others, or (on a one-card-per-process
             device type) numbers them other than by local rank.
     """
-    if not devices or devices[0].type == "cpu" or devices[0].type not in known_device_types():
+    if not devices or is_host(devices[0].type) or devices[0].type not in known_device_types():
         return list(devices)
     device_type = devices[0].type
     indices = [device.index for device in devices]

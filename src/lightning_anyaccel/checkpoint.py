@@ -30,7 +30,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from typing_extensions import override
 
 from lightning_anyaccel import runtime
-from lightning_anyaccel.devices import known_device_types
+from lightning_anyaccel.devices import is_host, known_device_types
 from lightning_anyaccel.troubleshooting import LinkedError
 
 _PATH = Union[str, os.PathLike]  # what Lightning's checkpoint IO accepts as a path
@@ -43,7 +43,7 @@ def portable_map_location(storage: Any, location: str) -> Any:
     ``MyModel.load_from_checkpoint(path, map_location=portable_map_location)``.
     """
     device_type, _, index = location.partition(":")
-    if device_type == "cpu":
+    if is_host(device_type):
         return None
     if device_type in known_device_types() and int(index or 0) < runtime.device_count(device_type):
         return None

@@ -48,8 +48,7 @@ def inductor_supports(device_type: str) -> bool:
     Asked from Inductor's own registry of device code generators (vendors register theirs when
     their torch package is imported). Imports Inductor (seconds) on the first call.
     """
-    _lightning.private("torch._inductor.codegen.common", "init_backend_registration")()
-    return _lightning.private("torch._inductor.codegen.common", "get_scheduling_for_device")(device_type) is not None
+    return _lightning.inductor_schedules(device_type)
 
 
 def _unsupported(device_type: str, what: str) -> str:
@@ -102,7 +101,7 @@ def compiled_parts(module: torch.nn.Module) -> Iterator[tuple[str, Callable]]:
     given to the Trainer as ``torch.compile(model)``, the module itself (Lightning keeps the
     compile context in the module's ``_compiler_ctx``).
     """
-    context = getattr(module, "_compiler_ctx", None)
+    context = _lightning.compiler_context(module)
     if isinstance(context, dict) and context.get("dynamo_ctx") is not None:
         yield type(module).__name__, context["dynamo_ctx"]
     for name, submodule in module.named_modules():

@@ -9,7 +9,8 @@ holds what torch can not tell: known facts and quirks of the device types the pr
 entries refine the derived spec; they are not a whitelist. Every class in
 :mod:`lightning_anyaccel` asks :func:`get_spec` instead of branching on device names, and the
 documentation's support matrix is generated from the table, so code and docs cannot drift.
-:func:`register_device` adds or replaces an entry at runtime.
+:func:`register_device` adds or replaces an entry at runtime. The module is long because it is
+the table (one entry of known facts per device type) beside the derivation it refines.
 
 Example:
     >>> from lightning_anyaccel.devices import get_spec
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+
+from lightning_anyaccel import _lightning
 
 MemoryStatsSource = Literal["accelerator", "device_module", "mps", "cpu"]
 
@@ -72,6 +75,9 @@ class DeviceSpec:
             local ranks get. Gaudi: the HCCL backend gives local rank *i* the module ID *i*, or the
             *i*-th entry of ``HABANA_VISIBLE_MODULES`` (Intel Gaudi documentation, "Gaudi-to-process
             Assignment"); every rank's device is ``hpu:0``.
+        host: ``True`` for the host itself (CPU): one unnumbered device (``cpu``, never ``cpu:1``) in
+            host memory, always available, never initialised, with nothing to select, seed or empty.
+            What the package does differently there asks this field, never the device's name.
         notes: one line for the support matrix.
     """
 
@@ -92,6 +98,7 @@ class DeviceSpec:
     deepspeed_accelerator: str | None = None
     fsdp_full_state_offload: bool = True
     process_device_env: str | None = None
+    host: bool = False
     notes: str = ""
 
     def supports_precision(self, precision: str) -> bool:
@@ -121,6 +128,7 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             notes="Processes, not devices: `devices=N` starts N processes.",
             deepspeed_accelerator="cpu",
             fsdp_full_state_offload=False,
+            host=True,
         ),
         DeviceSpec(
             type="cuda",
@@ -240,10 +248,10 @@ def register_device(spec: DeviceSpec) -> None:
     Not needed for a device PyTorch reports (:func:`derive_spec` describes it); use it to
     correct what torch reports wrongly, or for a device type torch does not know yet.
 
-    >>> register_device(DeviceSpec(type="foo", name="Foo", backend="fooccl", autocast_dtypes=("bf16",)))
-    >>> get_spec("foo").backend
-    'fooccl'
-    >>> del DEVICE_TABLE["foo"]
+    >>> register_device(DeviceSpec(type="mydevice", name="My device", backend="myccl", autocast_dtypes=("bf16",)))
+    >>> get_spec("mydevice").backend
+    'myccl'
+    >>> del DEVICE_TABLE["mydevice"]
     """
     DEVICE_TABLE[spec.type] = spec
     for callback in list(_ON_REGISTER):
@@ -393,9 +401,9 @@ def derive_spec(device_type: str) -> DeviceSpec | None:
         private_use1=private_use1,
         seeded_by_torch=private_use1 and callable(getattr(module, "manual_seed_all", None)),
         seed_functions=tuple(name for name in ("manual_seed_all", "manual_seed")
-                             if callable(getattr(module, name, None)) and device_type != "cpu"),
+                             if callable(getattr(module, name, None)) and not is_host(device_type)),
         memory_stats="accelerator",
-        fork_safe_after_init=not callable(getattr(module, "_is_in_bad_fork", None)),
+        fork_safe_after_init=not _lightning.has_bad_fork_check(module),
         profiler_activity="PrivateUse1" if private_use1 else None,
         notes="Derived from PyTorch at runtime (no entry in the device table).",
     )
@@ -427,6 +435,25 @@ def known_device_types() -> list[str]:
     True
     """
     return sorted(DEVICE_TABLE) + [t for t in present_device_types() if t not in DEVICE_TABLE]
+
+
+def is_host(device_type: str | None) -> bool:
+    """Whether ``device_type`` is the host itself (:attr:`DeviceSpec.host`: CPU; ``None``: not known, no).
+
+    >>> is_host("cpu"), is_host("xpu")
+    (True, False)
+    """
+    spec = DEVICE_TABLE.get(device_type) if device_type is not None else None
+    return spec is not None and spec.host
+
+
+def device_of(device_type: str, index: int = 0) -> torch.device:
+    """Device ``index`` of ``device_type`` (``xpu:1``); the host has one unnumbered device (``cpu``).
+
+    >>> device_of("xpu", 1), device_of("cpu", 1)
+    (device(type='xpu', index=1), device(type='cpu'))
+    """
+    return torch.device(device_type) if is_host(device_type) else torch.device(device_type, index)
 
 
 def get_spec(device_type: str) -> DeviceSpec:

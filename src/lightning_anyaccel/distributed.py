@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lightning_anyaccel import runtime
+from lightning_anyaccel import _lightning, runtime
 from lightning_anyaccel.devices import NOT_REAL_BACKENDS, derive_backend, get_spec
 from lightning_anyaccel.troubleshooting import LinkedError
 
@@ -111,7 +111,7 @@ def adopt_whole_group_backend(name: str) -> None:
     exactly one backend type gets that type as its default, as torch does for the groups it builds;
     a group with several types is left as it is. Backends built into torch are not touched.
     """
-    plugins: dict[str, Any] = getattr(dist.Backend, "_plugins", {})
+    plugins = _lightning.backend_creators()
     plugin = plugins.get(name.upper())
     if plugin is None or getattr(plugin.creator_fn, _ADOPTED, False):
         return
@@ -132,16 +132,13 @@ def _name_the_default_backend(group: dist.ProcessGroup, name: str) -> None:
     """Make the one backend type ``group`` registered its default (see :func:`adopt_whole_group_backend`)."""
     registered = []
     for backend_type in dist.ProcessGroup.BackendType.__members__.values():
-        try:
-            group._backend_id(backend_type)
-        except RuntimeError:  # no backend of this type on the group
-            continue
-        registered.append(backend_type)
+        if _lightning.has_backend_type(group, backend_type):
+            registered.append(backend_type)
     if len(registered) != 1:
         log.debug("lightning-anyaccel: backend %r returned a process group with backend types %s; its default"
                   " backend is left as the vendor set it", name, registered)
         return
-    group._set_default_backend(registered[0])
+    _lightning.set_default_backend(group, registered[0])
     log.debug("lightning-anyaccel: backend %r returned its own process group: its %s backend is the group's default",
               name, registered[0])
 

@@ -34,7 +34,7 @@ import logging
 from typing import Any
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.devices import get_spec
+from lightning_anyaccel.devices import get_spec, is_host
 from lightning_anyaccel.precision import align_precision_plugin
 from lightning_anyaccel.troubleshooting import LinkedError
 
@@ -123,7 +123,7 @@ def check(view: _lightning.ConnectorView) -> None:
     Raises:
         StrategyNotSupportedError: a Lightning strategy that would train elsewhere or run CUDA-only code.
     """
-    from lightning_anyaccel.strategies.common import AnyStrategyMixin
+    from lightning_anyaccel.strategies.base import AnyStrategyMixin
 
     if isinstance(view.strategy, AnyStrategyMixin):
         return
@@ -133,7 +133,7 @@ def check(view: _lightning.ConnectorView) -> None:
 
 def _refuse_foreign(strategy: Any, accelerator: Any) -> None:
     """Refuse a strategy that is not the package's where it would not train on the accelerator's device."""
-    from lightning_anyaccel.strategies.common import AnyStrategyMixin
+    from lightning_anyaccel.strategies.base import AnyStrategyMixin
 
     if isinstance(strategy, AnyStrategyMixin):
         return
@@ -223,7 +223,7 @@ def log_device_info(trainer: Any) -> None:
         found = runtime.detect_device_type()
     except Exception:  # noqa: BLE001 - see the docstring
         found = used
-    if found == "cpu":
+    if is_host(found):
         rank_zero.rank_zero_info(f"No accelerator found: training on CPU (AnyAccelerator, {trainer.num_devices}"
                                  " process(es))")
         return

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from lightning_anyaccel.devices import PRECISION_DTYPES, get_spec
+from lightning_anyaccel.devices import PRECISION_DTYPES, get_spec, is_host
 from lightning_anyaccel.troubleshooting import LinkedError
 
 
@@ -87,7 +87,7 @@ def check_device_supports(precision: str, device: torch.device) -> None:
     This may initialise the device, so it runs in the training process (from
     ``AnyAccelerator.setup_device``), never in a parent that still has to fork.
     """
-    if PRECISION_DTYPES.get(precision) != "bf16" or device.type == "cpu":
+    if PRECISION_DTYPES.get(precision) != "bf16" or is_host(device.type):
         return
     from lightning_anyaccel.runtime import device_module
 

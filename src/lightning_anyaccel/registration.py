@@ -51,7 +51,7 @@ def trainer_classes() -> list[type]:
         AnyModelParallelStrategy,
         AnySingleDeviceStrategy,
     )
-    from lightning_anyaccel.strategies.ddp import AnyMultiProcessingLauncher
+    from lightning_anyaccel.strategies.process_launchers import AnyMultiProcessingLauncher
 
     return [AnyAccelerator, AnySingleDeviceStrategy, AnyDDPStrategy, AnyFSDPStrategy, AnyModelParallelStrategy,
             AnyDeepSpeedStrategy, AnyMultiProcessingLauncher, AnyMPIEnvironment, AtomicCheckpointIO, AnyFSDPPrecision,

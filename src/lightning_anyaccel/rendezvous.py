@@ -34,6 +34,7 @@ from typing import Any
 
 import psutil
 
+from lightning_anyaccel import _lightning
 from lightning_anyaccel.launchers import LaunchLayoutError
 
 log = logging.getLogger(__name__)
@@ -226,20 +227,7 @@ def bound_deepspeed_groups(timeout: timedelta) -> bool:
     A frozen rank then holds the job for half an hour whatever the strategy's ``timeout``.
     Call after DeepSpeed's ``init_distributed``; returns whether DeepSpeed's backend was patched.
     """
-    try:
-        from deepspeed.comm import comm as deepspeed_comm
-    except ImportError:
-        return False
-    backend = deepspeed_comm.cdb
-    if backend is None:
-        return False
-    import torch.distributed
-
-    def new_group(ranks: Any) -> Any:
-        return torch.distributed.new_group(ranks, timeout=timeout)
-
-    backend.new_group = new_group
-    return True
+    return _lightning.bound_deepspeed_new_group(timeout)
 
 
 __all__ = [

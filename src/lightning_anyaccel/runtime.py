@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from lightning_anyaccel import _compat
-from lightning_anyaccel.devices import DEVICE_TABLE, get_spec, known_device_types
+from lightning_anyaccel import _compat, _lightning
+from lightning_anyaccel.devices import DEVICE_TABLE, get_spec, is_host, known_device_types
 from lightning_anyaccel.troubleshooting import LinkedError
 
 
@@ -110,7 +110,7 @@ def is_available(device_type: str) -> bool:
     >>> is_available("cpu")
     True
     """
-    if device_type == "cpu":
+    if is_host(device_type):
         return True
     try:
         module = device_module(device_type)
@@ -127,8 +127,8 @@ def device_count(device_type: str) -> int:
     >>> device_count("cpu")
     1
     """
-    if device_type == "cpu" or not is_available(device_type):
-        return 1 if device_type == "cpu" else 0
+    if is_host(device_type) or not is_available(device_type):
+        return 1 if is_host(device_type) else 0
     return int(device_module(device_type).device_count())
 
 
@@ -138,17 +138,16 @@ def is_initialized(device_type: str) -> bool:
     >>> is_initialized("cpu")
     False
     """
-    if device_type == "cpu":
+    if is_host(device_type):
         return False
     try:
         module = device_module(device_type)
     except DeviceNotAvailableError:
         return False
-    for name in ("is_initialized", "_is_in_bad_fork"):
-        probe = getattr(module, name, None)
-        if callable(probe) and probe():
-            return True
-    return False
+    probe = getattr(module, "is_initialized", None)
+    if callable(probe) and probe():
+        return True
+    return _lightning.is_in_bad_fork(module)
 
 
 def seed(device_type: str, value: int) -> bool:
@@ -213,7 +212,7 @@ def memory_stats(device: torch.device) -> dict[str, Any]:
 
 def empty_cache(device_type: str) -> None:
     """Release cached, unused memory of ``device_type`` back to the driver (no-op on CPU)."""
-    if device_type == "cpu" or not is_available(device_type):
+    if is_host(device_type) or not is_available(device_type):
         return
     accelerator_empty_cache = _compat.accelerator_function("empty_cache")
     if accelerator_empty_cache is not None and _is_current(device_type):
@@ -226,7 +225,7 @@ def empty_cache(device_type: str) -> None:
 
 def set_device_index(device: torch.device) -> None:
     """Make ``device`` the current device of this process (no-op on CPU and for index-less devices)."""
-    if device.type == "cpu" or device.index is None:
+    if is_host(device.type) or device.index is None:
         return
     set_index = _compat.accelerator_function("set_device_index", "set_device_idx")
     if set_index is not None and _is_current(device.type):

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from lightning_anyaccel import rendezvous
+from lightning_anyaccel import _lightning, rendezvous
 
 log = logging.getLogger(__name__)
 
@@ -149,9 +149,7 @@ def _is_worker(pid: int) -> bool:
     local_rank = next((item for item in environ if item.startswith(b"LOCAL_RANK=")), b"LOCAL_RANK=0")
     if marker in environ and local_rank != b"LOCAL_RANK=0":  # a popen worker (not a helper like a resource tracker)
         return True
-    import multiprocessing.process
-
-    return any(child.pid == pid for child in list(multiprocessing.process._children))  # type: ignore[attr-defined]
+    return pid in _lightning.multiprocessing_children()
 
 
 def _note_error_exit() -> None:

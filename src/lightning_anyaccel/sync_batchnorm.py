@@ -93,7 +93,7 @@ def all_reduce_sum(tensor: Tensor, group: Any) -> Tensor:
 
 
 #: torch's base class of every BatchNorm (``BatchNorm1d/2d/3d``, ``SyncBatchNorm``): parameters, buffers, reset.
-_BatchNormBase = _lightning.private("torch.nn.modules.batchnorm", "_BatchNorm")
+_BatchNormBase = _lightning.batchnorm_base()
 
 
 # The base is looked up at run time (_lightning.private): mypy sees a variable, not a class, hence the ignore.

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from lightning_anyaccel import runtime
-from lightning_anyaccel.devices import get_spec
+from lightning_anyaccel.devices import device_of, get_spec, is_host
 from lightning_anyaccel.local_runs import free_port
 
 #: Every wait in the collective check is bounded by this many seconds.
@@ -136,7 +136,7 @@ def describe(device_type: str) -> dict[str, Any]:
     else:
         facts.update(_device_facts(device_type))
         try:
-            backend = resolve_backend(torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu"))
+            backend = resolve_backend(device_of(device_type))
         except Exception as err:  # noqa: BLE001
             backend = f"unavailable ({_first_line(err)})"
         facts["collective backend"] = backend
@@ -156,7 +156,7 @@ def _device_facts(device_type: str) -> dict[str, Any]:
     try:
         count = runtime.device_count(device_type)
         names, memory = [], []
-        if device_type != "cpu" and count:
+        if not is_host(device_type) and count:
             module = runtime.device_module(device_type)
             for index in range(count):
                 get_name = getattr(module, "get_device_name", None)
@@ -164,7 +164,7 @@ def _device_facts(device_type: str) -> dict[str, Any]:
                 props = getattr(module, "get_device_properties", None)
                 total = getattr(props(index), "total_memory", None) if callable(props) else None
                 memory.append(f"{total / 2**30:.1f} GiB" if total else "unknown")
-        elif device_type == "cpu":
+        elif is_host(device_type):
             import psutil
 
             names = [platform.processor() or platform.machine()]
@@ -213,7 +213,7 @@ def _collective_worker(rank: int, device_type: str, backend: str, port: int, que
     import torch.distributed as dist
 
     try:
-        device = torch.device(device_type, rank) if device_type != "cpu" else torch.device("cpu")
+        device = device_of(device_type, rank)
         runtime.set_device_index(device)
         dist.init_process_group(
             backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
@@ -231,9 +231,9 @@ def check_collective(device_type: str) -> str:
     """All-reduce across 2 spawned processes on the device's backend, every wait bounded."""
     from lightning_anyaccel.distributed import resolve_backend
 
-    if device_type != "cpu" and runtime.device_count(device_type) < 2:
+    if not is_host(device_type) and runtime.device_count(device_type) < 2:
         raise _Skip(f"needs 2 {device_type} devices, found {runtime.device_count(device_type)}")
-    backend = resolve_backend(torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu"))
+    backend = resolve_backend(device_of(device_type))
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
@@ -262,7 +262,7 @@ def check_bf16(device_type: str) -> str:
     from lightning_anyaccel.precision import check_precision
 
     check_precision("bf16-mixed", device_type)
-    device = torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu")
+    device = device_of(device_type)
     a = torch.randn(8, 8, device=device)
     with torch.autocast(device_type, dtype=torch.bfloat16):
         out = a @ a
@@ -275,7 +275,7 @@ def check_checkpoint(device_type: str) -> str:
     """Save a model's weights from the device and load them back with the portable map location."""
     from lightning_anyaccel.checkpoint import portable_map_location
 
-    device = torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu")
+    device = device_of(device_type)
     model = torch.nn.Linear(4, 2).to(device)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "ckpt.pt")

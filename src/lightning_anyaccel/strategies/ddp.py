@@ -1,10 +1,11 @@
-"""``AnyDDPStrategy``: DistributedDataParallel on any device type (Trainer).
+"""The DDP family: DistributedDataParallel on any device type, for the Trainer and for Fabric.
 
 Lightning's ``DDPStrategy`` picks the backend from torch's default map (``fake`` for HPU, ``gloo``
 for unregistered PrivateUse1 devices), wraps DDP in a ``torch.cuda.Stream`` (which fails on
 non-CUDA builds), registers comm hooks only on CUDA, passes barrier ``device_ids`` only for
-NCCL and checks only CUDA before forking. This subclass fixes each through
-:mod:`lightning_anyaccel.strategies.common` (shared with Fabric's strategy) and the device table.
+NCCL and checks only CUDA before forking. The Trainer's :class:`AnyDDPStrategy` and Fabric's
+(``lightning_anyaccel.fabric.AnyDDPStrategy``) fix each through
+:class:`~lightning_anyaccel.strategies.multi_process.AnyDistributedMixin` and the device table.
 
 Registered names (after ``import lightning_anyaccel``): ``any_ddp`` (popen, scripts),
 ``any_ddp_spawn``, ``any_ddp_fork`` and ``any_ddp_notebook`` (fork, for Jupyter), each also with
@@ -16,48 +17,93 @@ For multi-node jobs it also refuses inconsistent layouts before connecting, swit
 :class:`~lightning_anyaccel.environments.AnyMPIEnvironment` under ``mpiexec``, names gloo's
 network interface, bounds every wait by ``timeout`` (default 10 min, see
 :mod:`lightning_anyaccel.rendezvous`), and writes checkpoints atomically.
+
+Setup (:data:`SETUP`): the checks that need no device and no peer run in the launching process
+and in every worker; then the layout, gloo's interface, Lightning's setup within the rendezvous
+deadline, the device's precision check and the exit hook.
+
+Example:
+    >>> [step.name for step in SETUP if step.before_launch]  # doctest: +NORMALIZE_WHITESPACE
+    ['supervise_worker', 'check_accelerator', 'align_precision', 'check_start_method', 'check_fork_safety',
+     'check_backend']
 """
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
 
-from typing import Any
-
+from lightning.fabric.strategies import DDPStrategy as FabricDDP
 from lightning.pytorch.strategies import DDPStrategy
 from torch.nn import Module
+from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.strategies.common import (
-    LAUNCHER_PID_ENV,
-    START_METHODS,
-    AnyDistributedMixin,
-    SafeLaunchMixin,
-    TrainerParameterMovesMixin,
+from lightning_anyaccel.front_ends import FabricSide
+from lightning_anyaccel.strategies.base import fabric_class
+from lightning_anyaccel.strategies.multi_process import LAUNCHER_PID_ENV, START_METHODS, AnyDistributedMixin
+from lightning_anyaccel.strategies.parameter_moves import FabricParameterMovesMixin, TrainerParameterMovesMixin
+from lightning_anyaccel.strategies.process_launchers import AnyMultiProcessingLauncher
+from lightning_anyaccel.strategies.steps import (
+    Setup,
+    align_precision,
+    before_launch,
+    check_accelerator,
+    check_backend,
+    check_device_precision,
+    check_fork_safety,
+    check_layout,
+    check_start_method,
+    destroy_process_group_at_exit,
+    in_worker,
+    lightning_setup_within_deadline,
+    name_socket_interface,
+    supervise_worker,
+)
+
+#: What a DDP strategy does at setup, in order (launching process: the ``before_launch`` steps).
+SETUP: Setup = (
+    before_launch(supervise_worker),  # a worker dies with its launching process
+    before_launch(check_accelerator),
+    before_launch(align_precision),
+    before_launch(check_start_method),
+    before_launch(check_fork_safety),
+    before_launch(check_backend),
+    in_worker(check_layout),
+    in_worker(name_socket_interface),
+    in_worker(lightning_setup_within_deadline),
+    in_worker(check_device_precision),
+    in_worker(destroy_process_group_at_exit),
 )
 
 
-_MultiProcessingLauncher = _lightning.private(
-    "lightning.pytorch.strategies.launchers.multiprocessing", "_MultiProcessingLauncher"
-)
+class AnyDDPMixin(AnyDistributedMixin):
+    """DDP's setup and names, for either front end's ``DDPStrategy``."""
+
+    strategy_name: ClassVar[str] = "any_ddp"
+    setup_steps: ClassVar[Setup] = SETUP
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register every name of :data:`START_METHODS` with its start method, also ``..._find_unused_parameters_true``."""
+        for name, start_method in START_METHODS.items():
+            description = f"DDP on the accelerator's device type, start method {start_method!r}"
+            strategy_registry.register(name, cls, description=description, start_method=start_method, override=True)
+            strategy_registry.register(
+                f"{name}_find_unused_parameters_true", cls, description=description + ", find_unused_parameters=True",
+                start_method=start_method, find_unused_parameters=True, override=True,
+            )
 
 
-class AnyMultiProcessingLauncher(SafeLaunchMixin, _MultiProcessingLauncher):
-    """Lightning's spawn/fork launcher, with the fork and shared-memory fixes of :class:`SafeLaunchMixin`."""
-
-
-class AnyDDPStrategy(TrainerParameterMovesMixin, AnyDistributedMixin, DDPStrategy):
-    """DDP with the collective backend, streams and checks of the accelerator's device type.
+class AnyDDPStrategy(TrainerParameterMovesMixin, AnyDDPMixin, DDPStrategy):
+    """DDP with the collective backend, streams and checks of the accelerator's device type (Trainer).
 
     Takes every argument of Lightning's ``DDPStrategy``; ``process_group_backend=None`` (default)
     chooses the backend from the device table (xpu->xccl, cuda->nccl, hpu->hccl, cpu->gloo, vendor
     devices->the backend their vendor registered). ``start_method`` is ``"popen"`` (default;
-    runs the script again per rank), ``"spawn"`` or ``"fork"`` (notebooks). The setup sequence and
-    the multi-node protections are :class:`~lightning_anyaccel.strategies.common.AnyDistributedMixin`'s.
+    runs the script again per rank), ``"spawn"`` or ``"fork"`` (notebooks). The setup is :data:`SETUP`.
     """
-
-    strategy_name = "any_ddp"
-    _launcher_class = AnyMultiProcessingLauncher
 
     @override
     def _setup_model(self, model: Module) -> Any:
@@ -67,12 +113,25 @@ class AnyDDPStrategy(TrainerParameterMovesMixin, AnyDistributedMixin, DDPStrateg
     @override
     def _register_ddp_hooks(self) -> None:
         """Register DDP comm hooks on every device type (Lightning does it on CUDA only)."""
-        _lightning.private("lightning.pytorch.overrides.distributed", "_register_ddp_comm_hook")(
-            model=self.model,
-            ddp_comm_state=self._ddp_comm_state,
-            ddp_comm_wrapper=self._ddp_comm_wrapper,
-            ddp_comm_hook=self._ddp_comm_hook,
-        )
+        _lightning.register_ddp_comm_hook(model=self.model, **_lightning.ddp_comm_settings(self))
 
 
-__all__ = ["LAUNCHER_PID_ENV", "AnyDDPStrategy", "AnyMultiProcessingLauncher", "START_METHODS"]
+@fabric_class("AnyDDPStrategy")
+class FabricDDPStrategy(FabricParameterMovesMixin, AnyDDPMixin, FabricDDP):
+    """Fabric DDP with the backend, streams, barrier and fork checks of the accelerator's device type.
+
+    Published as ``lightning_anyaccel.fabric.AnyDDPStrategy``. Takes every argument of Lightning's
+    Fabric ``DDPStrategy``; ``process_group_backend=None`` chooses from the device table,
+    ``start_method`` is ``"popen"`` (default), ``"spawn"`` or ``"fork"``. The setup is :data:`SETUP`.
+    """
+
+    _side = FabricSide
+
+    @override
+    def setup_module(self, module: Module) -> DistributedDataParallel:
+        device_ids = _lightning.fabric_ddp_device_ids(self)
+        return self._wrap_ddp(module, device_ids)
+
+
+__all__ = ["LAUNCHER_PID_ENV", "SETUP", "START_METHODS", "AnyDDPMixin", "AnyDDPStrategy",
+           "AnyMultiProcessingLauncher", "FabricDDPStrategy"]

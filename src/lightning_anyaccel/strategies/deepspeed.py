@@ -1,8 +1,8 @@
-"""``AnyDeepSpeedStrategy``: DeepSpeed ZeRO stage 1/2/3 (and offload) on the devices DeepSpeed knows.
+"""The DeepSpeed family: ZeRO stage 1/2/3 (and offload) on the devices DeepSpeed knows, for the Trainer and for Fabric.
 
 DeepSpeed has its own accelerator layer (``deepspeed.accelerator``) with back ends for the
 device types the device table lists in ``deepspeed_accelerator`` (cpu, cuda, xpu, hpu, npu).
-Lightning's ``DeepSpeedStrategy`` runs only with its ``CUDAAccelerator``; this subclass
+Lightning's ``DeepSpeedStrategy`` runs only with its ``CUDAAccelerator``; :class:`AnyDeepSpeedMixin`
 
 - replaces the CUDA check with the device table, and points DeepSpeed at the strategy's device
   type through ``DS_ACCELERATOR`` before DeepSpeed picks one itself;
@@ -21,40 +21,90 @@ would wait forever.
 
 Registered names: ``any_deepspeed``, ``any_deepspeed_stage_1``, ``any_deepspeed_stage_2``,
 ``any_deepspeed_stage_2_offload``, ``any_deepspeed_stage_3``, ``any_deepspeed_stage_3_offload``
-(the same for Fabric; the logic is :class:`~lightning_anyaccel.strategies.sharding.AnyDeepSpeedMixin`).
+(the same for Fabric). The Trainer's class is :class:`AnyDeepSpeedStrategy`, Fabric's
+``lightning_anyaccel.fabric.AnyDeepSpeedStrategy`` (:class:`FabricDeepSpeedStrategy` here).
+
+The module is longer than most because it holds the whole family in one place: its own setup
+steps, :data:`SETUP`, the mixin both front ends share, the Trainer's class (with DeepSpeed's
+inference engine) and Fabric's.
 
 Example:
     >>> DEEPSPEED_NAMES["any_deepspeed_stage_3_offload"]
     {'stage': 3, 'offload_optimizer': True, 'offload_parameters': True}
     >>> deepspeed_device_types()
     ['cpu', 'cuda', 'hpu', 'npu', 'xpu']
+    >>> [step.name for step in TRAINER_SETUP if step not in SETUP]
+    ['check_inference_support']
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
+import importlib.util
 import inspect
-from typing import Any
+import os
+from typing import Any, ClassVar
 
+import torch
+from lightning.fabric.strategies import DeepSpeedStrategy as FabricDeepSpeed
+from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.strategies import DeepSpeedStrategy
 from lightning.pytorch.strategies.deepspeed import remove_module_hooks
 from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_anyaccel.checkpoint import AtomicSaveMixin
-from lightning_anyaccel.strategies.sharding import (
-    DEEPSPEED_NAMES,
-    AnyDeepSpeedMixin,
-    DeepSpeedNotInstalledError,
-    ShardingNotSupportedError,
-    deepspeed_device_types,
+from lightning_anyaccel import _lightning, build_locks, rendezvous
+from lightning_anyaccel.checkpoint import AtomicSaveMixin, FabricAtomicSaveMixin
+from lightning_anyaccel.devices import DEVICE_TABLE
+from lightning_anyaccel.front_ends import FabricSide
+from lightning_anyaccel.strategies.base import fabric_class
+from lightning_anyaccel.strategies.errors import DeepSpeedNotInstalledError, ShardingNotSupportedError
+from lightning_anyaccel.strategies.sharded import AnyShardedMixin
+from lightning_anyaccel.strategies.steps import (
+    Setup,
+    align_precision,
+    before_launch,
+    check_accelerator,
+    check_backend,
+    check_collectives,
+    check_device_precision,
+    check_fork_safety,
+    check_layout,
+    check_start_method,
+    destroy_process_group_at_exit,
+    in_worker,
+    name_socket_interface,
+    rendezvous_deadline,
+    supervise_worker,
 )
 
+#: Registered DeepSpeed name -> arguments (the same names for the Trainer and for Fabric).
+DEEPSPEED_NAMES: dict[str, dict[str, Any]] = {
+    "any_deepspeed": {},
+    "any_deepspeed_stage_1": {"stage": 1},
+    "any_deepspeed_stage_2": {"stage": 2},
+    "any_deepspeed_stage_2_offload": {"stage": 2, "offload_optimizer": True},
+    "any_deepspeed_stage_3": {"stage": 3},
+    "any_deepspeed_stage_3_offload": {"stage": 3, "offload_optimizer": True, "offload_parameters": True},
+}
+
+#: The ``DS_ACCELERATOR`` values the package set in this process (a user's own value is never in it).
+_DS_ACCELERATOR_SET: set[str] = set()
 
 #: Keys of DeepSpeed's inference configuration that its training configuration has too
 #: (``deepspeed/runtime/constants.py``): in ``config=`` they do not ask for the inference engine.
 _TRAINING_KEYS = frozenset({"checkpoint"})
+
+
+def deepspeed_device_types() -> list[str]:
+    """The device types DeepSpeed runs on, from the device table.
+
+    >>> deepspeed_device_types()
+    ['cpu', 'cuda', 'hpu', 'npu', 'xpu']
+    """
+    return sorted(t for t, spec in DEVICE_TABLE.items() if spec.deepspeed_accelerator)
 
 
 @functools.cache
@@ -69,12 +119,234 @@ def inference_config_keys() -> frozenset[str]:
     return frozenset(deepspeed.default_inference_config())
 
 
+# ----- the family's own steps ---------------------------------------------------------------------
+
+
+def select_deepspeed_accelerator(strategy: Any) -> None:
+    """Make DeepSpeed use the strategy's device type (``DS_ACCELERATOR``), or refuse a conflicting choice.
+
+    First of the family's steps: "DeepSpeed does not run here" beats a backend message. A value
+    the package itself set for an earlier strategy in this process is replaced; a value set by the
+    user is respected (and refused when it names another device type). Whether DeepSpeed already
+    chose another accelerator in this process is checked after setup
+    (:func:`check_active_deepspeed_accelerator`).
+    """
+    name = strategy.deepspeed_accelerator
+    chosen = os.environ.get("DS_ACCELERATOR")
+    if chosen and chosen != name and chosen not in _DS_ACCELERATOR_SET:
+        raise ShardingNotSupportedError(
+            f"DS_ACCELERATOR={chosen!r} is set, but the strategy trains on {strategy.device_type!r}."
+            f" Unset DS_ACCELERATOR or set it to {name!r}."
+        )
+    os.environ["DS_ACCELERATOR"] = name  # inherited by the processes the launcher starts
+    _DS_ACCELERATOR_SET.add(name)
+
+
+def check_vendor_package(strategy: Any) -> None:
+    """Refuse a device whose vendor package (which DeepSpeed's accelerator imports) is missing.
+
+    DeepSpeed's accelerator for a vendor device imports the vendor's package (``torch_npu``,
+    ``habana_frameworks.torch``, ...). Without it, DeepSpeed falls back to its CPU accelerator
+    while the tensors live on the device, and its start-up waits forever (seen with a device
+    registered by another PrivateUse1 backend). Checked in every worker, before Lightning's setup.
+    """
+    module = strategy._spec.vendor_module
+    if module is not None and importlib.util.find_spec(module.split(".")[0]) is None:
+        raise ShardingNotSupportedError(
+            f"DeepSpeed's {strategy.deepspeed_accelerator!r} accelerator needs `{module}`, which is not installed here"
+            f" (the {strategy.device_type!r} device comes from another backend). Use strategy='any_fsdp' or"
+            " 'any_fsdp2', which need nothing beyond torch."
+        )
+
+
+def lightning_setup_past_deepspeed_check(strategy: Any) -> None:
+    """Lightning's ``setup_environment`` without ``DeepSpeedStrategy``'s own (it refuses every accelerator but
+    CUDA), within the rendezvous deadline; the process group starts in the front end's hook
+    (:meth:`AnyDeepSpeedMixin._setup_deepspeed_distributed`)."""
+    with rendezvous_deadline(strategy):
+        super(strategy.side.deepspeed_strategy_class(), strategy).setup_environment()
+
+
+def check_active_deepspeed_accelerator(strategy: Any) -> None:
+    """After setup: refuse a DeepSpeed that already picked another accelerator in this process."""
+    from deepspeed.accelerator import get_accelerator
+
+    active = get_accelerator().device_name()
+    if active != strategy.deepspeed_accelerator:
+        raise ShardingNotSupportedError(
+            f"DeepSpeed already chose its {active!r} accelerator in this process, but the strategy trains on"
+            f" {strategy.device_type!r}. Set DS_ACCELERATOR={strategy.deepspeed_accelerator} before importing deepspeed."
+        )
+
+
+def check_inference_support(strategy: Any) -> None:
+    """Trainer: refuse kernel injection where DeepSpeed has no inference kernels for the device (cuda, hpu have them).
+
+    Raises:
+        ShardingNotSupportedError: ``replace_with_kernel_inject=True`` without DeepSpeed's
+            ``InferenceBuilder`` for the device, naming the setting that runs (automatic
+            tensor parallelism, ``replace_with_kernel_inject=False``).
+    """
+    if not strategy.inference_kwargs.get("replace_with_kernel_inject"):
+        return
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("InferenceBuilder")  # hpu, cuda: yes; cpu: NotImplementedBuilder
+    if builder is None or type(builder).__name__ == "NotImplementedBuilder" or not builder.is_compatible(False):
+        raise ShardingNotSupportedError(
+            f"replace_with_kernel_inject=True needs DeepSpeed's inference kernels, which DeepSpeed does not have"
+            f" for {strategy.device_type!r} (its {get_accelerator().device_name()!r} accelerator). Pass"
+            " replace_with_kernel_inject=False: DeepSpeed then splits the model's linear layers across"
+            " tensor_parallel={'tp_size': N} ranks without custom kernels (automatic tensor parallelism)."
+        )
+
+
+#: What a DeepSpeed strategy does at setup, in order (launching process: the ``before_launch`` steps).
+SETUP: Setup = (
+    before_launch(select_deepspeed_accelerator),
+    before_launch(check_collectives),
+    before_launch(supervise_worker),
+    before_launch(check_accelerator),
+    before_launch(align_precision),
+    before_launch(check_start_method),
+    before_launch(check_fork_safety),
+    before_launch(check_backend),
+    in_worker(check_layout),
+    in_worker(name_socket_interface),
+    in_worker(check_vendor_package),
+    in_worker(lightning_setup_past_deepspeed_check),
+    in_worker(check_device_precision),
+    in_worker(destroy_process_group_at_exit),
+    in_worker(check_active_deepspeed_accelerator),
+)
+
+#: The Trainer's: the same, and the inference settings checked once DeepSpeed has chosen its accelerator.
+TRAINER_SETUP: Setup = (
+    before_launch(select_deepspeed_accelerator),
+    before_launch(check_collectives),
+    before_launch(supervise_worker),
+    before_launch(check_accelerator),
+    before_launch(align_precision),
+    before_launch(check_start_method),
+    before_launch(check_fork_safety),
+    before_launch(check_backend),
+    in_worker(check_layout),
+    in_worker(name_socket_interface),
+    in_worker(check_vendor_package),
+    in_worker(lightning_setup_past_deepspeed_check),
+    in_worker(check_device_precision),
+    in_worker(destroy_process_group_at_exit),
+    in_worker(check_active_deepspeed_accelerator),
+    in_worker(check_inference_support),
+)
+
+
+class AnyDeepSpeedMixin(AnyShardedMixin):
+    """DeepSpeed on the device types DeepSpeed's accelerator layer knows, for the Trainer and for Fabric.
+
+    Mixed in before either front end's ``DeepSpeedStrategy``. Its setup is :data:`SETUP`; both
+    front ends start the process group with :meth:`_setup_deepspeed_distributed` and build the
+    engine with :meth:`_deepspeed_initialize`.
+
+    Raises:
+        DeepSpeedNotInstalledError: ``deepspeed`` is missing, naming the extra to install.
+        ShardingNotSupportedError: DeepSpeed has no back end for the device type.
+    """
+
+    strategy_name: ClassVar[str] = "any_deepspeed"
+    setup_steps: ClassVar[Setup] = SETUP
+    _sharding_name = "DeepSpeed"
+    config: Any
+    local_rank: int
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if importlib.util.find_spec("deepspeed") is None:
+            raise DeepSpeedNotInstalledError(
+                f"{type(self).__name__} needs DeepSpeed: `pip install lightning-anyaccel[deepspeed]`"
+                " (on machines without a CUDA toolkit: `DS_BUILD_OPS=0 pip install deepspeed`)."
+                " Or use strategy='any_fsdp', which needs nothing beyond torch."
+            )
+        super().__init__(*args, **kwargs)
+
+    @property
+    def deepspeed_accelerator(self) -> str:
+        """The name of this device type in DeepSpeed's accelerator layer.
+
+        Raises:
+            ShardingNotSupportedError: DeepSpeed does not run on the device type.
+        """
+        name = self._spec.deepspeed_accelerator
+        if name is None:
+            raise ShardingNotSupportedError(
+                f"DeepSpeed is not enabled for {self._spec.name} ({self.device_type!r}) in the device table; it runs on"
+                f" {', '.join(deepspeed_device_types())}. Use strategy='any_fsdp' or 'any_fsdp2' to shard on"
+                f" {self.device_type!r}."
+            )
+        return name
+
+    def _setup_deepspeed_distributed(self) -> None:
+        """Check device indices only where devices have them, then start DeepSpeed's process group.
+
+        Both front ends call this from their process-group hook (Trainer: ``setup_distributed``;
+        Fabric: ``_setup_distributed``), inside the step :func:`lightning_setup_past_deepspeed_check`.
+        """
+        parallel_devices = self.parallel_devices
+        assert parallel_devices is not None
+        if self._process_group_device() is not None and self._spec.process_device_env is None:  # Gaudi: all hpu:0
+            _lightning.validate_device_index_selection(parallel_devices)
+        reset_seed()
+        self.side.set_world_ranks(self)
+        build_locks.wait_for_build_locks()  # DeepSpeed may compile an op here; torch would wait on a stale lock forever
+        _lightning.init_deepspeed_distributed(self)
+        rendezvous.bound_deepspeed_groups(_lightning.timeout_of(self))  # DeepSpeed's own groups honour the timeout too
+
+    @property
+    def device_rank(self) -> int:
+        """The device DeepSpeed binds this process to: the device index, else the local rank (CPU)."""
+        index = self.root_device.index
+        return index if index is not None else self.local_rank
+
+    def _deepspeed_initialize(
+        self, model: torch.nn.Module, optimizer: Any, lr_scheduler: Any = None, *,
+        config: dict[str, Any] | None = None, model_parameters: Any = None,
+    ) -> tuple:
+        """``deepspeed.initialize`` with :attr:`device_rank`: (engine, optimizer, dataloader, scheduler).
+
+        ``config`` defaults to the strategy's, ``model_parameters`` to the trainable parameters
+        (the Trainer's inference engine passes its own config and none).
+        """
+        import deepspeed
+
+        build_locks.wait_for_build_locks()  # the optimizer's op (e.g. cpu_adam) may compile here
+        return deepspeed.initialize(
+            args=argparse.Namespace(device_rank=self.device_rank),
+            config=self.config if config is None else config,
+            model=model,
+            model_parameters=(
+                filter(lambda p: p.requires_grad, model.parameters()) if model_parameters is None else model_parameters
+            ),
+            optimizer=optimizer,
+            lr_scheduler=lr_scheduler,
+            dist_init_required=False,
+        )
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register every name of :data:`DEEPSPEED_NAMES` with its arguments."""
+        for name, arguments in DEEPSPEED_NAMES.items():
+            strategy_registry.register(
+                name, cls, description=f"DeepSpeed on the accelerator's device type {arguments}", override=True,
+                **arguments,
+            )
+
+
 class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy):
-    """DeepSpeed (ZeRO 1/2/3, optimizer/parameter offload) on the accelerator's device type.
+    """DeepSpeed (ZeRO 1/2/3, optimizer/parameter offload) on the accelerator's device type (Trainer).
 
     Takes every argument of Lightning's ``DeepSpeedStrategy`` (``stage``, ``offload_optimizer``,
     ``offload_parameters``, ``config``, ...). ``process_group_backend=None`` takes the device
-    table's backend. The device logic is :class:`~lightning_anyaccel.strategies.sharding.AnyDeepSpeedMixin`,
+    table's backend. The device logic is :class:`AnyDeepSpeedMixin`,
     shared with Fabric.
 
     DeepSpeed *inference* arguments, as lightning-habana's ``HPUDeepSpeedStrategy`` takes them
@@ -83,13 +355,15 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
     ``deepspeed.default_inference_config()``), as keyword arguments or as keys of ``config``,
     make ``validate``/``test``/``predict`` build the engine with ``deepspeed.init_inference``
     (kernel injection, tensor parallelism) instead of ZeRO's. Those DeepSpeed can not do on the
-    device are refused when the process starts (:meth:`_check_inference_support`).
+    device are refused when the process starts (:func:`check_inference_support`).
 
     Raises:
         DeepSpeedNotInstalledError: ``deepspeed`` is missing, naming the extra to install.
         ShardingNotSupportedError: DeepSpeed has no back end for the device type.
         TypeError: a keyword that is neither Lightning's nor DeepSpeed's inference configuration.
     """
+
+    setup_steps: ClassVar[Setup] = TRAINER_SETUP
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         lightning_names = set(inspect.signature(DeepSpeedStrategy.__init__).parameters) | {"timeout"}
@@ -107,33 +381,6 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
         from_config = {key: self.config[key] for key in known - _TRAINING_KEYS if key in self.config}
         #: DeepSpeed inference settings (from ``config`` and keywords; keywords win), ``{}`` for ZeRO's engine.
         self.inference_kwargs: dict[str, Any] = {**from_config, **inference}
-
-    @override
-    def _finish_setup(self) -> None:
-        """Also refuse inference settings DeepSpeed can not run on this device (DeepSpeed has chosen it now)."""
-        super()._finish_setup()
-        self._check_inference_support()
-
-    def _check_inference_support(self) -> None:
-        """Refuse kernel injection where DeepSpeed has no inference kernels for the device (it has them for cuda, hpu).
-
-        Raises:
-            ShardingNotSupportedError: ``replace_with_kernel_inject=True`` without DeepSpeed's
-                ``InferenceBuilder`` for the device, naming the setting that runs (automatic
-                tensor parallelism, ``replace_with_kernel_inject=False``).
-        """
-        if not self.inference_kwargs.get("replace_with_kernel_inject"):
-            return
-        from deepspeed.accelerator import get_accelerator
-
-        builder = get_accelerator().create_op_builder("InferenceBuilder")  # hpu, cuda: yes; cpu: NotImplementedBuilder
-        if builder is None or type(builder).__name__ == "NotImplementedBuilder" or not builder.is_compatible(False):
-            raise ShardingNotSupportedError(
-                f"replace_with_kernel_inject=True needs DeepSpeed's inference kernels, which DeepSpeed does not have"
-                f" for {self.device_type!r} (its {get_accelerator().device_name()!r} accelerator). Pass"
-                " replace_with_kernel_inject=False: DeepSpeed then splits the model's linear layers across"
-                " tensor_parallel={'tp_size': N} ranks without custom kernels (automatic tensor parallelism)."
-            )
 
     @override
     def setup_distributed(self) -> None:
@@ -170,10 +417,40 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
             inference_config["zero_optimization"] = self.config["zero_optimization"]
         self.model = self._deepspeed_initialize(model, None, config=inference_config, model_parameters=[])[0]
 
+
+@fabric_class("AnyDeepSpeedStrategy")
+class FabricDeepSpeedStrategy(FabricAtomicSaveMixin, AnyDeepSpeedMixin, FabricDeepSpeed):
+    """Fabric's ``DeepSpeedStrategy`` (ZeRO 1/2/3, offload) on the device types DeepSpeed knows.
+
+    Published as ``lightning_anyaccel.fabric.AnyDeepSpeedStrategy``. Takes every argument of
+    Fabric's ``DeepSpeedStrategy``. Registered as ``any_deepspeed``, ``any_deepspeed_stage_1`` ...
+    ``any_deepspeed_stage_3_offload`` (see :data:`DEEPSPEED_NAMES`). The setup is :data:`SETUP`.
+
+    Gradients are not clipped unless the config says so (``"gradient_clipping"``), as with the
+    Trainer's strategy: Fabric's leaves the key unset, and DeepSpeed (0.19.8, whose default is
+    1.0) then clips the gradient norm to 1 (measured: updates differ from DDP's from the first step).
+
+    Raises:
+        DeepSpeedNotInstalledError: ``deepspeed`` is missing, naming the extra to install.
+        ShardingNotSupportedError: DeepSpeed has no back end for the device type.
+    """
+
+    _side = FabricSide
+
     @override
-    def barrier(self, *args: Any, **kwargs: Any) -> None:
-        self._barrier()
+    def _setup_distributed(self) -> None:
+        self._setup_deepspeed_distributed()
+        self.config.setdefault("gradient_clipping", 0.0)  # what the Trainer's strategy does without gradient_clip_val
+        _lightning.format_deepspeed_config_once(self)
+
+    @override
+    def _initialize_engine(
+        self, model: Module, optimizer: Optimizer | None = None, scheduler: Any = None
+    ) -> tuple[Any, Optimizer, Any]:
+        """``deepspeed.initialize`` with :attr:`device_rank` (Lightning passes ``None`` on CPU)."""
+        engine, deepspeed_optimizer, _, deepspeed_scheduler = self._deepspeed_initialize(model, optimizer, scheduler)
+        return engine, deepspeed_optimizer, deepspeed_scheduler
 
 
-__all__ = ["AnyDeepSpeedStrategy", "DEEPSPEED_NAMES", "DeepSpeedNotInstalledError", "deepspeed_device_types",
-           "inference_config_keys"]
+__all__ = ["DEEPSPEED_NAMES", "SETUP", "TRAINER_SETUP", "AnyDeepSpeedMixin", "AnyDeepSpeedStrategy",
+           "DeepSpeedNotInstalledError", "FabricDeepSpeedStrategy", "deepspeed_device_types", "inference_config_keys"]

@@ -1,9 +1,9 @@
-"""``AnyFSDPStrategy``: Lightning's ``FSDPStrategy`` interface (FSDP1) on any device type.
+"""The FSDP family: Lightning's ``FSDPStrategy`` interface (FSDP1) on any device type, for the Trainer and for Fabric.
 
-What Lightning's ``FSDPStrategy`` does that only works on CUDA, and what this subclass does instead:
+What Lightning's ``FSDPStrategy`` does that only works on CUDA, and what :class:`AnyFSDPMixin` does instead:
 
 - the connector refuses FSDP unless the accelerator is CUDA (audit row 7): the check is
-  ``type(strategy) is FSDPStrategy`` and the registered names, so this subclass and its own
+  ``type(strategy) is FSDPStrategy`` and the registered names, so these subclasses and their own
   names (``any_fsdp``, ``any_fsdp_cpu_offload``) pass;
 - ``FullyShardedDataParallel(device_id=root_device.index)``: ``None`` on CPU, which FSDP then
   resolves to "the current accelerator" and fails; here ``device_id`` is the ``torch.device``;
@@ -17,37 +17,233 @@ What Lightning's ``FSDPStrategy`` does that only works on CUDA, and what this su
   module); here the strategy hands the wrapped root to the precision plugin, which clips with
   ``FullyShardedDataParallel.clip_grad_norm_``.
 
+The Trainer's class is :class:`AnyFSDPStrategy`, Fabric's ``lightning_anyaccel.fabric.AnyFSDPStrategy``
+(:class:`FabricFSDPStrategy` here). The module holds the whole family (its steps, :data:`SETUP`,
+the shared mixin, both classes and their checkpoint hooks), hence its length.
+
 Example:
     >>> from lightning import Trainer
     >>> import lightning_anyaccel
     >>> trainer = Trainer(accelerator="any", strategy="any_fsdp", devices=2, logger=False)
     >>> type(trainer.strategy).__name__
     'AnyFSDPStrategy'
+    >>> [step.name for step in SETUP][-5:]  # doctest: +NORMALIZE_WHITESPACE
+    ['hold_device_mesh_shape', 'lightning_setup_within_deadline', 'build_device_mesh', 'check_device_precision',
+     'destroy_process_group_at_exit']
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Generator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, ClassVar
 
-from collections.abc import Generator
-from contextlib import contextmanager
-from typing import Any
-
-from lightning.pytorch.core.optimizer import LightningOptimizer
-from lightning.pytorch.plugins.precision import FSDPPrecision
+import torch
+from lightning.fabric.strategies import FSDPStrategy as FabricFSDP
 from lightning.pytorch.strategies import FSDPStrategy
 from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.checkpoint import AtomicSaveMixin
+from lightning_anyaccel.checkpoint import AtomicSaveMixin, FabricAtomicSaveMixin
+from lightning_anyaccel.front_ends import FabricSide
+from lightning_anyaccel.precision import align_precision_plugin
 from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
-from lightning_anyaccel.strategies.sharding import AnyFSDPMixin
+from lightning_anyaccel.strategies.base import fabric_class
+from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
+from lightning_anyaccel.strategies.sharded import AnyShardedMixin
+from lightning_anyaccel.strategies.steps import (
+    Setup,
+    before_launch,
+    check_accelerator,
+    check_backend,
+    check_collectives,
+    check_device_precision,
+    check_fork_safety,
+    check_layout,
+    check_start_method,
+    destroy_process_group_at_exit,
+    in_worker,
+    lightning_setup_within_deadline,
+    name_socket_interface,
+    supervise_worker,
+)
+
+
+# ----- the family's own steps ---------------------------------------------------------------------
+
+
+def align_fsdp_precision(strategy: Any) -> None:
+    """Replace the front end's CUDA-bound ``FSDPPrecision`` with the package's one on the device type."""
+    side = strategy.side
+    lightning_precision, any_precision = side.fsdp_precision_classes()
+    plugin = side.given_precision_plugin(strategy)  # the plugin given, not Lightning's 32-true default
+    if isinstance(plugin, lightning_precision) and not isinstance(plugin, any_precision):
+        plugin = any_precision(plugin.precision, device=strategy.device_type)
+    if plugin is not None:
+        side.set_precision_plugin(strategy, align_precision_plugin(plugin, strategy.device_type))
+
+
+def check_state_dict_offload(strategy: Any) -> None:
+    """Refuse ``state_dict_offload=True`` for full state dicts where torch crashes on it (CPU)."""
+    spec = strategy._spec
+    state_dict_type = _lightning.fsdp_state_dict_type(strategy)
+    if strategy._state_dict_offload and state_dict_type == "full" and not spec.fsdp_full_state_offload:
+        raise ShardingNotSupportedError(
+            f"{type(strategy).__name__}(state_dict_offload=True, state_dict_type='full') on {spec.name}: torch's"
+            " FSDP frees storage it still reads when it 'offloads' tensors that already live on CPU, and the"
+            " process crashes (Lightning-AI/pytorch-lightning#21804). Leave state_dict_offload unset, or use"
+            " state_dict_type='sharded'."
+        )
+
+
+def hold_device_mesh_shape(strategy: Any) -> None:
+    """Take a ``device_mesh=(replicas, shards)`` tuple out of the FSDP arguments before Lightning's setup.
+
+    Lightning would build it with ``init_device_mesh("cuda", ...)``; :func:`build_device_mesh` builds it.
+    """
+    options = strategy.side.fsdp_options(strategy)
+    shape = options.get("device_mesh")
+    strategy._device_mesh_shape = shape if isinstance(shape, tuple) else None
+    if isinstance(shape, tuple):
+        del options["device_mesh"]
+
+
+def build_device_mesh(strategy: Any) -> None:
+    """Build the mesh held by :func:`hold_device_mesh_shape` on the strategy's device type (needs the group)."""
+    shape = strategy._device_mesh_shape
+    if shape is not None:
+        strategy.side.fsdp_options(strategy)["device_mesh"] = strategy._init_device_mesh(shape, ("replicate", "shard"))
+
+
+#: What an FSDP strategy does at setup, in order (launching process: the ``before_launch`` steps).
+SETUP: Setup = (
+    before_launch(check_collectives),
+    before_launch(supervise_worker),
+    before_launch(check_accelerator),
+    before_launch(align_fsdp_precision),
+    before_launch(check_start_method),
+    before_launch(check_fork_safety),
+    before_launch(check_backend),
+    before_launch(check_state_dict_offload),
+    in_worker(check_layout),
+    in_worker(name_socket_interface),
+    in_worker(hold_device_mesh_shape),
+    in_worker(lightning_setup_within_deadline),
+    in_worker(build_device_mesh),
+    in_worker(check_device_precision),
+    in_worker(destroy_process_group_at_exit),
+)
+
+
+def full_state_dict_context(module: torch.nn.Module, offload: bool, rank0_only: bool = True) -> AbstractContextManager:
+    """FSDP's full-state-dict mode for ``module``, offloading gathered tensors to CPU only if ``offload``.
+
+    Lightning's own helper (both front ends) always offloads, which crashes torch when FSDP runs
+    on CPU (see :attr:`~lightning_anyaccel.devices.DeviceSpec.fsdp_full_state_offload`).
+    """
+    from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig, StateDictType
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    return FSDP.state_dict_type(
+        module=module,
+        state_dict_type=StateDictType.FULL_STATE_DICT,
+        state_dict_config=FullStateDictConfig(offload_to_cpu=offload, rank0_only=rank0_only),
+        optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=offload, rank0_only=rank0_only),
+    )
+
+
+class AnyFSDPMixin(AnyShardedMixin):
+    """FSDP (Lightning's ``FSDPStrategy`` interface) on the device type, for the Trainer and for Fabric.
+
+    Mixed in before either front end's ``FSDPStrategy``; what differs between them is asked from
+    the front-end adapter (:attr:`side`). The front-end classes only route their hooks
+    (``_setup_model``/``setup_module``, ``model_sharded_context``/``module_sharded_context``,
+    checkpoint hooks) to the methods here.
+
+    Args:
+        state_dict_offload: move gathered full-state-dict tensors to CPU while saving
+            (``state_dict_type="full"``). ``None`` (default) takes the device table's
+            ``fsdp_full_state_offload`` (on except on CPU, where it crashes torch).
+        kwargs: the front end's ``FSDPStrategy`` arguments (positional ones pass through too).
+    """
+
+    strategy_name: ClassVar[str] = "any_fsdp"
+    setup_steps: ClassVar[Setup] = SETUP
+    _sharding_name = "FSDP"
+    #: A ``device_mesh`` tuple held back during Lightning's setup (:func:`hold_device_mesh_shape`).
+    _device_mesh_shape: tuple[int, ...] | None = None
+    cpu_offload: Any
+    sharding_strategy: Any
+    mixed_precision_config: Any
+
+    def __init__(self, *args: Any, state_dict_offload: bool | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._state_dict_offload = state_dict_offload
+
+    @property
+    def state_dict_offload(self) -> bool:
+        """Whether full state dicts are gathered with ``offload_to_cpu`` (the table decides unless given)."""
+        if self._state_dict_offload is not None:
+            return self._state_dict_offload
+        return self._spec.fsdp_full_state_offload
+
+    def _fsdp_wrap_kwargs(self) -> dict[str, Any]:
+        """Arguments for every ``FullyShardedDataParallel`` the strategy builds: ``device_id`` is the device.
+
+        Lightning passes ``root_device.index``: ``None`` on CPU, which FSDP resolves to "the
+        current accelerator" and fails.
+        """
+        return dict(
+            cpu_offload=self.cpu_offload,
+            mixed_precision=self.mixed_precision_config,
+            sharding_strategy=self.sharding_strategy,
+            device_id=self.root_device,
+            **self.side.fsdp_options(self),
+        )
+
+    def _wrap_fsdp(self, module: torch.nn.Module, already_wrapped: Callable[[], Any]) -> Any:
+        """Wrap ``module`` in FSDP on the device; ``already_wrapped()`` (Lightning's path) when the user did."""
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if any(isinstance(submodule, FullyShardedDataParallel) for submodule in module.modules()):
+            return already_wrapped()
+        wrapped = FullyShardedDataParallel(module=module, **self._fsdp_wrap_kwargs())
+        _lightning.move_torchmetrics_to_device(wrapped, self.root_device)
+        _lightning.setup_activation_checkpointing(wrapped, _lightning.fsdp_activation_checkpointing_kwargs(self))
+        return wrapped
+
+    def _fsdp_enable_wrap(self) -> AbstractContextManager:
+        """``enable_wrap`` with :meth:`_fsdp_wrap_kwargs`, for the sharded-init contexts."""
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        from torch.distributed.fsdp.wrap import enable_wrap
+
+        return enable_wrap(wrapper_cls=FullyShardedDataParallel, **self._fsdp_wrap_kwargs())
+
+    def _full_state_dict_context(self, module: torch.nn.Module, rank0_only: bool = True) -> AbstractContextManager:
+        """FSDP's full-state-dict mode, offloading to CPU only where :attr:`state_dict_offload` allows it."""
+        return full_state_dict_context(module, self.state_dict_offload, rank0_only)
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register ``any_fsdp`` and ``any_fsdp_cpu_offload`` (parameters offloaded to host memory)."""
+        strategy_registry.register(
+            "any_fsdp", cls, description="FSDP on the accelerator's device type", override=True
+        )
+        strategy_registry.register(
+            "any_fsdp_cpu_offload",
+            cls,
+            description="FSDP on the accelerator's device type, parameters offloaded to CPU",
+            cpu_offload=True,
+            override=True,
+        )
 
 
 class AnyFSDPStrategy(AtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):
-    """Fully Sharded Data Parallel (``torch.distributed.fsdp``) on the accelerator's device type.
+    """Fully Sharded Data Parallel (``torch.distributed.fsdp``) on the accelerator's device type (Trainer).
 
     Takes every argument of Lightning's ``FSDPStrategy`` (``sharding_strategy``, ``state_dict_type``
     ``"full"``/``"sharded"``, ``auto_wrap_policy``, ``cpu_offload``, ``device_mesh``, ...), plus:
@@ -60,14 +256,7 @@ class AnyFSDPStrategy(AtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):
     Raises:
         ShardingNotSupportedError: ``state_dict_offload=True`` on a device where torch cannot do
             it, or a device without collectives (``mps``).
-
-    The device logic is :class:`~lightning_anyaccel.strategies.sharding.AnyFSDPMixin`, shared with
-    Fabric's :class:`lightning_anyaccel.fabric.AnyFSDPStrategy`.
     """
-
-    _fsdp_kwargs_attr = "kwargs"
-    _lightning_fsdp_precision = FSDPPrecision
-    _any_fsdp_precision = AnyFSDPPrecision
 
     @override
     def _setup_model(self, model: Module) -> Module:
@@ -86,15 +275,11 @@ class AnyFSDPStrategy(AtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):
         with self._fsdp_enable_wrap():
             yield
 
-    @override
-    def barrier(self, name: str | None = None) -> None:
-        self._barrier()
-
     # ----- checkpoints: full state dicts offload only where the device table allows it ---------
 
     @override
     def lightning_module_state_dict(self) -> dict[str, Any]:
-        if self._state_dict_type != "full":
+        if _lightning.fsdp_state_dict_type(self) != "full":
             return super().lightning_module_state_dict()
         assert self.model is not None
         with self._full_state_dict_context(self.model):
@@ -102,13 +287,12 @@ class AnyFSDPStrategy(AtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):
 
     @override
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
-        if self._state_dict_type != "full":
+        if _lightning.fsdp_state_dict_type(self) != "full":
             return super().optimizer_state(optimizer)
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp import OptimStateKeyType
 
-        if isinstance(optimizer, _lightning.port(LightningOptimizer, self._front_end)):
-            optimizer = optimizer._optimizer
+        optimizer = _lightning.unwrap_lightning_optimizer(optimizer, self.side.package)
         assert self.model is not None
         with self._full_state_dict_context(self.model):
             state = FSDP.optim_state_dict(self.model, optimizer)
@@ -117,4 +301,64 @@ class AnyFSDPStrategy(AtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):
             return state
 
 
-__all__ = ["AnyFSDPStrategy"]
+@fabric_class("AnyFSDPStrategy")
+class FabricFSDPStrategy(FabricAtomicSaveMixin, AnyFSDPMixin, FabricFSDP):
+    """Fabric's ``FSDPStrategy`` (FSDP1) on the accelerator's device type.
+
+    Published as ``lightning_anyaccel.fabric.AnyFSDPStrategy``. Takes every argument of Fabric's
+    ``FSDPStrategy`` (``sharding_strategy``, ``state_dict_type`` ``"sharded"``/``"full"``,
+    ``auto_wrap_policy``, ``cpu_offload``, ``device_mesh``, ...), plus ``state_dict_offload`` (see
+    :class:`AnyFSDPMixin`). Registered as ``any_fsdp`` and ``any_fsdp_cpu_offload``; mixed precision
+    uses :class:`~lightning_anyaccel.sharded_precision.AnyFabricFSDPPrecision`.
+
+    Example:
+        >>> from lightning import Fabric
+        >>> import lightning_anyaccel
+        >>> fabric = Fabric(accelerator="any", strategy="any_fsdp", devices=2, precision="bf16-mixed")
+        >>> type(fabric.strategy).__name__, fabric.strategy.precision.device
+        ('AnyFSDPStrategy', 'cpu')
+    """
+
+    _side = FabricSide
+
+    @override
+    def setup_module(self, module: Module) -> Module:
+        """Wrap ``module`` in FSDP with ``device_id=root_device`` (Lightning passes its index, ``None`` on CPU)."""
+        return self._wrap_fsdp(module, functools.partial(super().setup_module, module))
+
+    @override
+    def module_sharded_context(self) -> AbstractContextManager:
+        return self._fsdp_enable_wrap()
+
+    @contextmanager
+    def _lightning_full_state_dict(self) -> Generator[None, None, None]:
+        """Make Lightning's checkpoint code gather full state dicts through :meth:`_full_state_dict_context`.
+
+        Fabric's ``save_checkpoint``/``load_checkpoint`` call a module-level helper that always
+        offloads to CPU (a crash when FSDP runs on CPU). For the duration of the call, that helper
+        (in both modules that use it) is replaced by one that follows :attr:`state_dict_offload`.
+        """
+        if self.state_dict_offload:
+            yield
+            return
+
+        def helper(module: Module, world_size: int = 1, rank0_only: bool = True) -> AbstractContextManager:
+            return self._full_state_dict_context(module, rank0_only)
+
+        with _lightning.full_state_dict_context_replaced(self.side.package, helper):
+            yield
+
+    @override
+    def save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        """Fabric's save; a full state dict is gathered without offloading where the device table says so."""
+        with self._lightning_full_state_dict():
+            super().save_checkpoint(*args, **kwargs)
+
+    @override
+    def load_checkpoint(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Fabric's load; a full checkpoint is loaded in the same full-state-dict mode as it was saved."""
+        with self._lightning_full_state_dict():
+            return super().load_checkpoint(*args, **kwargs)
+
+
+__all__ = ["SETUP", "AnyFSDPMixin", "AnyFSDPStrategy", "FabricFSDPStrategy", "full_state_dict_context"]

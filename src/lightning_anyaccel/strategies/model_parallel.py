@@ -1,4 +1,4 @@
-"""``AnyModelParallelStrategy``: FSDP2 (``fully_shard``) and tensor parallelism on any device type.
+"""The model-parallel family: FSDP2 (``fully_shard``) and tensor parallelism on any device type, Trainer and Fabric.
 
 Lightning's ``ModelParallelStrategy`` already builds its device mesh on ``root_device.type``
 and works unchanged on CPU (measured: gloo, 2 processes). What it lacks elsewhere is what the
@@ -6,10 +6,12 @@ package adds to every strategy: the collective backend from the device table (Li
 gives HPU ``fake``, audit row 10), a mixed-precision plugin for the device type instead of
 ``"cuda"``, the barrier without NCCL-only ``device_ids``, and the refusal of devices without
 collectives. The user shards in ``LightningModule.configure_model`` with ``fully_shard``, using
-``self.device_mesh``.
+``self.device_mesh`` (Fabric: a ``parallelize_fn``, by default :func:`fully_shard_data_parallel`).
 
 Registered names: ``any_model_parallel`` (Lightning's defaults: tensor parallel within a node) and
 ``any_fsdp2`` (``tensor_parallel_size=1``: every process in the data-parallel/sharding dimension).
+The Trainer's class is :class:`AnyModelParallelStrategy`, Fabric's
+``lightning_anyaccel.fabric.AnyModelParallelStrategy`` (:class:`FabricModelParallelStrategy` here).
 
 Example:
     >>> from lightning import Trainer
@@ -17,29 +19,177 @@ Example:
     >>> trainer = Trainer(accelerator="any", strategy="any_fsdp2", devices=2, logger=False)
     >>> type(trainer.strategy).__name__
     'AnyModelParallelStrategy'
+    >>> [step.name for step in FABRIC_SETUP if step not in SETUP]
+    ['check_parallelize_fn']
 """
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
+from lightning.fabric.strategies import ModelParallelStrategy as FabricModelParallel
 from lightning.pytorch.strategies import ModelParallelStrategy
+from torch.nn import Module
 from typing_extensions import override
 
-from lightning_anyaccel.checkpoint import AtomicSaveMixin
-from lightning_anyaccel.strategies.sharding import AnyModelParallelMixin
+from lightning_anyaccel import _lightning
+from lightning_anyaccel.checkpoint import AtomicSaveMixin, FabricAtomicSaveMixin
+from lightning_anyaccel.front_ends import FabricSide
+from lightning_anyaccel.strategies.base import fabric_class
+from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
+from lightning_anyaccel.strategies.sharded import AnyShardedMixin
+from lightning_anyaccel.strategies.steps import (
+    Setup,
+    align_precision,
+    before_launch,
+    check_accelerator,
+    check_backend,
+    check_collectives,
+    check_device_precision,
+    check_fork_safety,
+    check_layout,
+    check_start_method,
+    destroy_process_group_at_exit,
+    in_worker,
+    lightning_setup_within_deadline,
+    name_socket_interface,
+    supervise_worker,
+)
+
+
+# ----- the family's own steps ---------------------------------------------------------------------
+
+
+def size_fsdp2_mesh(strategy: Any) -> None:
+    """Pure FSDP2 (``tensor_parallel_size=1``): every process in the sharding dimension.
+
+    Lightning's ``data_parallel_size="auto"`` would make it the number of nodes.
+    """
+    data_parallel_size, tensor_parallel_size = _lightning.model_parallel_sizes(strategy)
+    if tensor_parallel_size == 1 and data_parallel_size == "auto":
+        _lightning.set_data_parallel_size(strategy, strategy.num_nodes * strategy.num_processes)
+
+
+def check_parallelize_fn(strategy: Any) -> None:
+    """Fabric: refuse tensor parallelism without the user's ``parallelize_fn`` (no plan can be guessed)."""
+    tensor_parallel_size = _lightning.model_parallel_sizes(strategy)[1]
+    if strategy._default_parallelize and tensor_parallel_size != 1:
+        raise ShardingNotSupportedError(
+            f"{type(strategy).__name__}(tensor_parallel_size={tensor_parallel_size!r}) needs your"
+            " parallelize_fn: Fabric cannot guess a tensor-parallel plan. Pass"
+            " AnyModelParallelStrategy(parallelize_fn=...), or use strategy='any_fsdp2' (FSDP2 only)."
+        )
+
+
+#: What a model-parallel strategy does at setup, in order (launching process: the ``before_launch`` steps).
+SETUP: Setup = (
+    before_launch(check_collectives),
+    before_launch(supervise_worker),
+    before_launch(check_accelerator),
+    before_launch(align_precision),
+    before_launch(check_start_method),
+    before_launch(check_fork_safety),
+    before_launch(check_backend),
+    in_worker(check_layout),
+    in_worker(name_socket_interface),
+    in_worker(size_fsdp2_mesh),
+    in_worker(lightning_setup_within_deadline),
+    in_worker(check_device_precision),
+    in_worker(destroy_process_group_at_exit),
+)
+
+#: Fabric's: the same, and the ``parallelize_fn`` check before launching.
+FABRIC_SETUP: Setup = (
+    before_launch(check_collectives),
+    before_launch(supervise_worker),
+    before_launch(check_accelerator),
+    before_launch(align_precision),
+    before_launch(check_start_method),
+    before_launch(check_fork_safety),
+    before_launch(check_backend),
+    before_launch(check_parallelize_fn),
+    in_worker(check_layout),
+    in_worker(name_socket_interface),
+    in_worker(size_fsdp2_mesh),
+    in_worker(lightning_setup_within_deadline),
+    in_worker(check_device_precision),
+    in_worker(destroy_process_group_at_exit),
+)
+
+
+class AnyModelParallelMixin(AnyShardedMixin):
+    """FSDP2 and tensor parallelism through Lightning's ``ModelParallelStrategy`` (either front end).
+
+    Lightning builds its device mesh on ``root_device.type`` already; what the mixin adds is the
+    device table's backend, the barrier, the refusal of devices without collectives, and the
+    ``any_fsdp2`` layout (:func:`size_fsdp2_mesh`).
+    """
+
+    strategy_name: ClassVar[str] = "any_model_parallel"
+    setup_steps: ClassVar[Setup] = SETUP
+    _sharding_name = "FSDP2 (ModelParallelStrategy)"
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register ``any_model_parallel`` (Lightning's defaults) and ``any_fsdp2`` (``tensor_parallel_size=1``)."""
+        strategy_registry.register(
+            "any_model_parallel", cls, description="FSDP2 + tensor parallel on the accelerator's device type",
+            override=True,
+        )
+        strategy_registry.register(
+            "any_fsdp2", cls, description="FSDP2 (fully_shard) on the accelerator's device type",
+            tensor_parallel_size=1, override=True,
+        )
 
 
 class AnyModelParallelStrategy(AtomicSaveMixin, AnyModelParallelMixin, ModelParallelStrategy):
-    """Lightning's ``ModelParallelStrategy`` (FSDP2 + tensor parallel) on the accelerator's device type.
+    """Lightning's ``ModelParallelStrategy`` (FSDP2 + tensor parallel) on the accelerator's device type (Trainer).
 
     Takes the arguments of ``ModelParallelStrategy``: ``data_parallel_size``, ``tensor_parallel_size``,
     ``save_distributed_checkpoint`` (``True``: a sharded folder; ``False``: one full file),
-    ``process_group_backend`` (default: from the device table) and ``timeout``. The device logic is
-    :class:`~lightning_anyaccel.strategies.sharding.AnyModelParallelMixin`, shared with Fabric.
+    ``process_group_backend`` (default: from the device table) and ``timeout``. The setup is :data:`SETUP`.
     """
 
-    @override
-    def barrier(self, name: str | None = None) -> None:
-        self._barrier()
+
+def fully_shard_data_parallel(module: Module, device_mesh: Any) -> Module:
+    """The default ``parallelize_fn`` of Fabric's ``AnyModelParallelStrategy``: FSDP2 over the whole module.
+
+    ``fully_shard`` on ``module`` over the mesh's ``"data_parallel"`` dimension: parameters,
+    gradients and optimizer state are split across the processes, and gathered all at once in
+    forward and backward. To gather one block at a time, pass your own ``parallelize_fn`` that
+    calls ``fully_shard`` on each block first.
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    return fully_shard(module, mesh=device_mesh["data_parallel"])
 
 
-__all__ = ["AnyModelParallelStrategy"]
+@fabric_class("AnyModelParallelStrategy")
+class FabricModelParallelStrategy(FabricAtomicSaveMixin, AnyModelParallelMixin, FabricModelParallel):
+    """Fabric's ``ModelParallelStrategy`` (FSDP2 + tensor parallel) on the accelerator's device type.
+
+    Published as ``lightning_anyaccel.fabric.AnyModelParallelStrategy``. The setup is :data:`FABRIC_SETUP`.
+
+    Args:
+        parallelize_fn: ``fn(module, device_mesh) -> module`` applying ``fully_shard`` / tensor
+            parallelism (as for Lightning's strategy). ``None`` (default) is
+            :func:`fully_shard_data_parallel`, which only makes sense with ``tensor_parallel_size=1``
+            (the ``any_fsdp2`` name).
+        *args, **kwargs: the other arguments of Fabric's ``ModelParallelStrategy``
+            (``data_parallel_size``, ``tensor_parallel_size``, ``save_distributed_checkpoint``, ...).
+
+    Raises:
+        ShardingNotSupportedError: no ``parallelize_fn`` with tensor parallelism (``any_model_parallel``).
+    """
+
+    _side = FabricSide
+    setup_steps: ClassVar[Setup] = FABRIC_SETUP
+
+    def __init__(self, parallelize_fn: Any = None, *args: Any, **kwargs: Any) -> None:
+        super().__init__(parallelize_fn or fully_shard_data_parallel, *args, **kwargs)
+        self._default_parallelize = parallelize_fn is None
+
+
+__all__ = ["FABRIC_SETUP", "SETUP", "AnyModelParallelMixin", "AnyModelParallelStrategy",
+           "FabricModelParallelStrategy", "fully_shard_data_parallel"]

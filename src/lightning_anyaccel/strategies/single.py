@@ -1,10 +1,14 @@
-"""``AnySingleDeviceStrategy``: train on one device of any type (Trainer).
+"""The single-device family: one process, one device of any type, for the Trainer and for Fabric.
 
-Lightning's connector gives any accelerator other than CUDA/MPS a ``SingleDeviceStrategy("cpu")``
-when one device is requested, so the model silently trains on CPU. This strategy takes its
-device from the accelerator instead (``devices=[1]`` -> ``xpu:1``). The behaviour lives in
-:class:`~lightning_anyaccel.strategies.common.LazyDeviceMixin`, shared with Fabric's
-:class:`lightning_anyaccel.fabric.AnySingleDeviceStrategy`.
+Lightning's connectors give any accelerator other than CUDA/MPS a ``SingleDeviceStrategy("cpu")``
+when one device is requested, so the model silently trains on CPU. These strategies take their
+device from the accelerator instead (``devices=[1]`` -> ``xpu:1``): :class:`LazyDeviceMixin`,
+under the Trainer's :class:`AnySingleDeviceStrategy` and Fabric's
+(``lightning_anyaccel.fabric.AnySingleDeviceStrategy``). Registered as ``any_single``.
+
+Setup (:data:`SETUP`, run by :func:`~lightning_anyaccel.strategies.steps.run_setup`): the
+accelerator's device type and the precision plugin are checked in the launching process and in
+the worker; then Lightning's setup selects the device, which is asked whether it can do the precision.
 
 Example:
     >>> from lightning import Trainer
@@ -12,17 +16,102 @@ Example:
     >>> trainer = Trainer(accelerator=AnyAccelerator("cpu"), strategy="any_single", devices=1, logger=False)
     >>> trainer.strategy.root_device
     device(type='cpu')
+    >>> [step.name for step in SETUP]
+    ['check_accelerator', 'align_precision', 'lightning_setup', 'check_device_precision']
 """
 
 from __future__ import annotations
 
-from lightning.pytorch.strategies import SingleDeviceStrategy
+from typing import Any, ClassVar
 
-from lightning_anyaccel.strategies.common import LazyDeviceMixin, TrainerParameterMovesMixin
+import torch
+from lightning.fabric.strategies import SingleDeviceStrategy as FabricSingleDevice
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.strategies import SingleDeviceStrategy
+from typing_extensions import override
+
+from lightning_anyaccel.accelerator import process_devices
+from lightning_anyaccel.devices import device_of
+from lightning_anyaccel.front_ends import FabricSide
+from lightning_anyaccel.strategies.base import AnyStrategyMixin, fabric_class
+from lightning_anyaccel.strategies.parameter_moves import FabricParameterMovesMixin, TrainerParameterMovesMixin
+from lightning_anyaccel.strategies.steps import (
+    Setup,
+    align_precision,
+    before_launch,
+    check_accelerator,
+    check_device_precision,
+    in_worker,
+    lightning_setup,
+)
+
+#: What a single-device strategy does at setup, in order (launching process: the ``before_launch`` steps).
+SETUP: Setup = (
+    before_launch(check_accelerator),
+    before_launch(align_precision),
+    in_worker(lightning_setup),
+    in_worker(check_device_precision),
+)
+
+
+class LazyDeviceMixin(AnyStrategyMixin):
+    """One process, one device, taken from the accelerator unless given.
+
+    Lightning's connectors (Trainer and Fabric) hand the selected device over through
+    ``parallel_devices``; ``devices=[1]`` with an XPU accelerator gives ``xpu:1``. Mixed in before
+    Lightning's ``SingleDeviceStrategy`` (either front end).
+
+    Args:
+        device: a device such as ``"xpu:1"`` (``"xpu"`` is ``"xpu:0"``); ``None`` (default) takes the
+            device selected by the ``accelerator`` and ``devices`` arguments.
+        **kwargs: the Lightning ``SingleDeviceStrategy`` arguments (accelerator, checkpoint_io, precision).
+    """
+
+    _root_device: torch.device | None
+    strategy_name: ClassVar[str] = "any_single"
+    setup_steps: ClassVar[Setup] = SETUP
+
+    def __init__(self, device: str | torch.device | None = None, **kwargs: Any) -> None:
+        super().__init__(device="cpu", **kwargs)  # type: ignore[call-arg]
+        # an unnumbered device ("hpu", as lightning-habana's SingleHPUStrategy takes it) is the process's device 0
+        self._root_device = process_devices([torch.device(device)])[0] if device is not None else None
+
+    @property
+    @override
+    def root_device(self) -> torch.device:  # type: ignore[override]
+        """The device given, else device 0 of the accelerator's type."""
+        if self._root_device is None:
+            device_type = getattr(self.accelerator, "device_type", None)
+            if device_type is None:
+                raise MisconfigurationException(
+                    f"{type(self).__name__}() has no device yet: pass it with an accelerator,"
+                    f" or give one, e.g. {type(self).__name__}('xpu:0')."
+                )
+            return device_of(device_type)
+        return self._root_device
+
+    @property
+    def parallel_devices(self) -> list[torch.device]:
+        """The one device, as a list: lets Lightning's connector hand over the selected device."""
+        return [self._root_device] if self._root_device is not None else []
+
+    @parallel_devices.setter
+    def parallel_devices(self, devices: list[torch.device]) -> None:
+        if len(devices) != 1:
+            raise MisconfigurationException(
+                f"strategy='{self.strategy_name}' trains on one device, but devices= selected {len(devices)}:"
+                f" {devices}. Use devices=1, or strategy='any_ddp' for several devices."
+            )
+        self._root_device = devices[0]
+
+    @override
+    def _configure_launcher(self) -> None:
+        super()._configure_launcher()  # type: ignore[misc]
+        self._validate_device_setup()
 
 
 class AnySingleDeviceStrategy(TrainerParameterMovesMixin, LazyDeviceMixin, SingleDeviceStrategy):
-    """One process, one device; the device comes from the accelerator unless given.
+    """One process, one device; the device comes from the accelerator unless given (Trainer).
 
     Args:
         device: a device such as ``"xpu:1"``; ``None`` (default) takes the device selected by
@@ -30,5 +119,22 @@ class AnySingleDeviceStrategy(TrainerParameterMovesMixin, LazyDeviceMixin, Singl
         accelerator, checkpoint_io, precision_plugin: as for Lightning's ``SingleDeviceStrategy``.
     """
 
-    strategy_name = "any_single"
 
+@fabric_class("AnySingleDeviceStrategy")
+class FabricSingleDeviceStrategy(FabricParameterMovesMixin, LazyDeviceMixin, FabricSingleDevice):
+    """Fabric on one device of the accelerator's type (Fabric alone would pick ``"cpu"``).
+
+    Published as ``lightning_anyaccel.fabric.AnySingleDeviceStrategy``.
+
+    Example:
+        >>> from lightning import Fabric
+        >>> from lightning_anyaccel.fabric import AnyAccelerator, AnySingleDeviceStrategy
+        >>> fabric = Fabric(accelerator=AnyAccelerator("cpu"), strategy=AnySingleDeviceStrategy(), devices=1)
+        >>> fabric.device
+        device(type='cpu')
+    """
+
+    _side = FabricSide
+
+
+__all__ = ["SETUP", "AnySingleDeviceStrategy", "FabricSingleDeviceStrategy", "LazyDeviceMixin"]

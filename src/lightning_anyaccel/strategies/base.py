@@ -1,0 +1,131 @@
+"""What every strategy of the package is, for the Trainer and for Fabric: :class:`AnyStrategyMixin`.
+
+The mixin goes first in a strategy's bases, before the Lightning strategy class it extends
+(either front end). It runs the strategy family's setup (``SETUP``, an ordered tuple of
+:mod:`~lightning_anyaccel.strategies.steps`) in ``setup_environment``, and gives the strategy
+the front-end adapter (:attr:`AnyStrategyMixin.side`), the device type, the atomic checkpoint
+IO and its registration.
+
+Example:
+    >>> from lightning_anyaccel.strategies import AnyDDPStrategy as TrainerDDP
+    >>> from lightning_anyaccel.fabric import AnyDDPStrategy as FabricDDP
+    >>> issubclass(TrainerDDP, AnyStrategyMixin) and issubclass(FabricDDP, AnyStrategyMixin)
+    True
+    >>> TrainerDDP().side.name, FabricDDP().side.name
+    ('trainer', 'fabric')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from typing_extensions import override
+
+from lightning_anyaccel import _lightning
+from lightning_anyaccel.checkpoint import AtomicCheckpointIO
+from lightning_anyaccel.compilation import check_compiled
+from lightning_anyaccel.front_ends import FrontEndSide, TrainerSide
+from lightning_anyaccel.strategies.steps import Setup, run_setup
+
+T = TypeVar("T", bound=type)
+
+#: Where Fabric's strategy classes are published (and found again by pickle): their public module.
+FABRIC_PUBLIC_MODULE = "lightning_anyaccel.fabric.strategies"
+
+
+def fabric_class(name: str) -> Callable[[T], T]:
+    """Publish a Fabric class as ``name`` of :data:`FABRIC_PUBLIC_MODULE`, where users and pickle find it.
+
+    Each Fabric class is written next to its Trainer twin, in its family's module (as
+    ``FabricDDPStrategy`` beside ``AnyDDPStrategy``); its public name
+    (``lightning_anyaccel.fabric.strategies.AnyDDPStrategy``) stays what it always was.
+    """
+
+    def publish(cls: T) -> T:
+        cls.__module__ = FABRIC_PUBLIC_MODULE
+        cls.__name__ = cls.__qualname__ = name
+        return cls
+
+    return publish
+
+
+class AnyStrategyMixin:
+    """Device-generic behaviour of every strategy; mixed in before a Lightning strategy class.
+
+    Relies on the Lightning strategy API only: ``root_device``, ``accelerator``, the precision
+    plugin (through :attr:`side`) and ``checkpoint_io``.
+    """
+
+    root_device: torch.device
+    accelerator: Any
+    #: The name the strategy registers under.
+    strategy_name: ClassVar[str] = ""
+    #: The Lightning package the class is built on (:func:`lightning_anyaccel._lightning.port` sets it).
+    _front_end: ClassVar[_lightning.FrontEnd] = _lightning.LIGHTNING
+    #: The front end the class serves (Trainer or Fabric): how it names what differs between them.
+    _side: ClassVar[type[FrontEndSide]] = TrainerSide
+    #: The strategy's setup, in order (the family module's ``SETUP``).
+    setup_steps: ClassVar[Setup] = ()
+
+    @property
+    def side(self) -> FrontEndSide:
+        """The front-end adapter of this strategy (Trainer or Fabric, on its Lightning package)."""
+        return self._side(self._front_end)
+
+    @override
+    def setup_environment(self) -> None:
+        """Run every step of :attr:`setup_steps`, in order (in the worker)."""
+        run_setup(self, self.setup_steps, launching=False)
+
+    def _validate_device_setup(self) -> None:
+        """Run the steps of :attr:`setup_steps` that the launching process runs, before any worker starts."""
+        run_setup(self, self.setup_steps, launching=True)
+
+    def lightning_setup_environment(self) -> None:
+        """Lightning's own ``setup_environment`` (run by the step :func:`~.steps.lightning_setup`)."""
+        super(AnyStrategyMixin, self).setup_environment()  # type: ignore[misc]
+
+    @override
+    def setup(self, trainer: Any) -> None:
+        """The Trainer's model setup, after refusing compiled parts the device cannot compile (Trainer only).
+
+        Runs after ``configure_model``, so a ``torch.compile`` there is checked too
+        (:func:`lightning_anyaccel.compilation.check_compiled`; nothing is probed where Inductor
+        compiles for the device).
+        """
+        module = getattr(self, "lightning_module", None)
+        if module is not None:
+            check_compiled(module, self.root_device)
+        super().setup(trainer)  # type: ignore[misc]
+
+    @property
+    def device_type(self) -> str:
+        """The device type this strategy trains on (``self.root_device.type``)."""
+        return self.root_device.type
+
+    @property
+    def checkpoint_io(self) -> Any:
+        """Lightning's checkpoint IO, defaulting to :class:`AtomicCheckpointIO` (a kill mid-save keeps the old file).
+
+        Set lazily rather than in ``__init__``, so ``plugins=[MyCheckpointIO()]`` still works.
+        """
+        if _lightning.checkpoint_io_given(self) is None:
+            _lightning.set_checkpoint_io(self, self.side.port(AtomicCheckpointIO)())
+        return super().checkpoint_io  # type: ignore[misc]
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: Any) -> None:
+        _lightning.set_checkpoint_io(self, io)
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register :attr:`strategy_name` (Trainer's or Fabric's registry: both have the same API)."""
+        strategy_registry.register(
+            cls.strategy_name, cls, description="One device of the accelerator's type", override=True
+        )
+
+
+__all__ = ["FABRIC_PUBLIC_MODULE", "AnyStrategyMixin", "fabric_class"]

@@ -1,0 +1,64 @@
+"""Lightning's spawn/fork launchers (Trainer's and Fabric's) with the package's fixes.
+
+:class:`SafeLaunchMixin` is mixed in before Lightning's ``_MultiProcessingLauncher`` of either
+front end; the distributed strategies take the one of their front end from the front-end adapter
+(:meth:`lightning_anyaccel.front_ends.FrontEndSide.launcher_class`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from typing_extensions import override
+
+from lightning_anyaccel import _lightning, supervision
+from lightning_anyaccel.devices import is_host
+from lightning_anyaccel.distributed import check_fork_safe
+from lightning_anyaccel.strategies.base import fabric_class
+
+
+class SafeLaunchMixin:
+    """Mixed in before Lightning's multiprocessing launcher (Trainer's or Fabric's).
+
+    Two fixes over Lightning's launcher, which only knows its own CPU/CUDA accelerators:
+
+    - refuse a ``fork`` when the strategy's device type was already initialised in the parent
+      (Lightning only checks CUDA), right before the processes start;
+    - under ``spawn`` on CPU, give every process its own copy of the model: torch moves tensors
+      passed through ``spawn`` into shared memory, so without this all ranks would step the same
+      weights (Lightning does it only for ``CPUAccelerator``, not for other accelerators on CPU).
+    """
+
+    @override
+    def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
+        if _lightning.start_method_of(self) in ("fork", "forkserver"):
+            check_fork_safe(_lightning.launcher_strategy(self).root_device.type)
+        return super().launch(function, *args, **kwargs)  # type: ignore[misc]
+
+    @override
+    def _wrapping_function(self, process_idx: int, *rest: Any) -> Any:
+        strategy = _lightning.launcher_strategy(self)
+        if _lightning.start_method_of(self) == "spawn" and is_host(strategy.root_device.type):
+            rest = _lightning.disable_module_memory_sharing(rest)
+        with supervision.report_failure(lambda: strategy.global_rank):  # name the failed rank
+            return super()._wrapping_function(process_idx, *rest)  # type: ignore[misc]
+
+
+_TrainerLauncher = _lightning.trainer_multiprocessing_launcher()
+_FabricLauncher = _lightning.fabric_multiprocessing_launcher()
+
+
+class AnyMultiProcessingLauncher(SafeLaunchMixin, _TrainerLauncher):
+    """The Trainer's spawn/fork launcher, with the fork and shared-memory fixes of :class:`SafeLaunchMixin`."""
+
+
+@fabric_class("AnyMultiProcessingLauncher")
+class FabricMultiProcessingLauncher(SafeLaunchMixin, _FabricLauncher):
+    """Fabric's spawn/fork launcher, with the fork and shared-memory fixes of :class:`SafeLaunchMixin`.
+
+    Published as ``lightning_anyaccel.fabric.AnyMultiProcessingLauncher``.
+    """
+
+
+__all__ = ["AnyMultiProcessingLauncher", "FabricMultiProcessingLauncher", "SafeLaunchMixin"]

@@ -1,0 +1,53 @@
+"""What the sharded strategies (FSDP, FSDP2, DeepSpeed) share, for the Trainer and for Fabric: :class:`AnyShardedMixin`.
+
+Sharding splits parameters, gradients and optimizer state across processes. Lightning's FSDP,
+ModelParallel and DeepSpeed strategies assume CUDA in their precision plugins, device meshes,
+device ids and accelerator checks (audit rows 7, 9, 25, 26); each family module
+(:mod:`~lightning_anyaccel.strategies.fsdp`, ``.model_parallel``, ``.deepspeed``) replaces those
+parts from the device table, on this common base.
+
+Example:
+    >>> from lightning_anyaccel.strategies import AnyFSDPStrategy
+    >>> AnyFSDPStrategy(parallel_devices=[torch.device("cpu")] * 2)._process_group_device() is None
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lightning_anyaccel.devices import DeviceSpec, get_spec
+from lightning_anyaccel.strategies.multi_process import AnyDistributedMixin
+
+
+class AnyShardedMixin(AnyDistributedMixin):
+    """Overrides shared by the sharded strategies (FSDP, FSDP2/model-parallel, DeepSpeed).
+
+    Sharding needs a collective backend on the device (the step
+    :func:`~lightning_anyaccel.strategies.steps.check_collectives`); the process group is bound to
+    the device when it has an index, and every device mesh is built on the strategy's device type
+    (Lightning builds FSDP meshes on ``"cuda"``, audit row 25).
+    """
+
+    #: How the strategy is called in messages.
+    _sharding_name: str = "Sharded training"
+    _start_method: str = "popen"
+
+    @property
+    def _spec(self) -> DeviceSpec:
+        return get_spec(self.device_type)
+
+    def _process_group_device(self) -> torch.device | None:
+        """The device to bind the process group to: the root device when it has an index (not on CPU)."""
+        return self.root_device if self.root_device.index is not None else None
+
+    def _init_device_mesh(self, shape: tuple[int, ...], names: tuple[str, ...] | None = None) -> Any:
+        """A ``DeviceMesh`` of ``shape`` on the strategy's device type."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh(self.device_type, tuple(shape), mesh_dim_names=names)
+
+
+__all__ = ["AnyShardedMixin"]

@@ -1,0 +1,227 @@
+"""The setup steps of the package's strategies, and the one function that runs them.
+
+Every strategy family (:mod:`~lightning_anyaccel.strategies.single`, ``.ddp``, ``.fsdp``,
+``.model_parallel``, ``.deepspeed``) declares its setup as one ordered tuple of :class:`Step`
+(``SETUP`` in the family's module). :func:`run_setup` runs it, in two places only:
+
+- in the process that starts the workers, before any starts (``_configure_launcher``): the steps
+  marked :func:`before_launch`, which need neither the device nor the other processes, so that a
+  mistake is reported once, by the launching process;
+- in every worker (``setup_environment``): all the steps, in order.
+
+A step is a plain function of the strategy; it reads and changes the strategy through its public
+Lightning attributes, the front-end adapter (:mod:`lightning_anyaccel.front_ends`) and the
+package's own helpers. No step is reached through ``super()``: to know what a strategy does at
+setup, read its family's ``SETUP``.
+
+Example:
+    >>> steps = (before_launch(check_accelerator), in_worker(lightning_setup))
+    >>> [step.name for step in steps if step.before_launch]
+    ['check_accelerator']
+"""
+
+from __future__ import annotations
+
+import atexit
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch.multiprocessing as mp
+
+from lightning_anyaccel import _lightning, rendezvous, supervision
+from lightning_anyaccel.accelerator import DeviceTypeError
+from lightning_anyaccel.distributed import check_fork_safe
+from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
+from lightning_anyaccel.strategies.errors import NotebookLaunchError, ShardingNotSupportedError
+
+#: A setup step: a function of the strategy.
+StepFunction = Callable[[Any], None]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a strategy's setup.
+
+    Args:
+        run: the step, a function of the strategy.
+        before_launch: also run it in the launching process, before any worker starts.
+    """
+
+    run: StepFunction
+    before_launch: bool = False
+
+    @property
+    def name(self) -> str:
+        """The step's function name (what the docs and the error messages call it)."""
+        return self.run.__name__
+
+
+#: A strategy's setup: its steps, in order.
+Setup = tuple[Step, ...]
+
+
+def before_launch(run: StepFunction) -> Step:
+    """A step of the launching process and of every worker (checks that need no device and no peer)."""
+    return Step(run, before_launch=True)
+
+
+def in_worker(run: StepFunction) -> Step:
+    """A step of the workers only (it needs the device or the other processes)."""
+    return Step(run, before_launch=False)
+
+
+def run_setup(strategy: Any, setup: Setup, *, launching: bool) -> None:
+    """Run ``setup`` on ``strategy``: the :func:`before_launch` steps when ``launching``, else every step."""
+    for step in setup:
+        if step.before_launch or not launching:
+            step.run(strategy)
+
+
+# ----- steps of every strategy --------------------------------------------------------------------
+
+
+def check_accelerator(strategy: Any) -> None:
+    """Refuse an accelerator of another device type than the strategy's devices (:class:`DeviceTypeError`)."""
+    accelerator_type = getattr(strategy.accelerator, "device_type", None)
+    if accelerator_type is not None and accelerator_type != strategy.device_type:
+        raise DeviceTypeError(
+            f"{type(strategy).__name__} runs on {strategy.root_device}, but the accelerator is {strategy.accelerator!r}."
+            " Leave the strategy's devices unset: it takes them from the accelerator."
+        )
+
+
+def align_precision(strategy: Any) -> None:
+    """Rebuild a mixed-precision plugin made for another device type (Lightning picks ``cuda``)."""
+    side = strategy.side
+    plugin = side.precision_plugin(strategy)
+    aligned = align_precision_plugin(plugin, strategy.device_type)
+    if aligned is not plugin:
+        side.set_precision_plugin(strategy, aligned)
+
+
+def lightning_setup(strategy: Any) -> None:
+    """Lightning's own ``setup_environment``: select the device, join the process group."""
+    strategy.lightning_setup_environment()
+
+
+def check_device_precision(strategy: Any) -> None:
+    """Ask the device (in the worker, after ``setup_device``) whether it can do the precision."""
+    precision = getattr(strategy.side.precision_plugin(strategy), "precision", "")
+    check_device_supports(str(precision), strategy.root_device)
+
+
+# ----- steps of the multi-process strategies ------------------------------------------------------
+
+
+def supervise_worker(strategy: Any) -> None:
+    """In a worker: die with the launching process (:func:`~lightning_anyaccel.supervision.supervise_worker`)."""
+    supervision.supervise_worker(strategy.global_rank)
+
+
+def check_start_method(strategy: Any) -> None:
+    """Say which strategy to use when the start method can not work here (notebooks, no ``fork``)."""
+    method = _lightning.start_method_of(strategy)
+    if method in ("fork", "forkserver") and method not in mp.get_all_start_methods():
+        raise NotebookLaunchError(
+            f"strategy={strategy.strategy_name!r} needs the {method!r} start method, which this platform"
+            f" does not have (it has {', '.join(mp.get_all_start_methods())}). Run your code as a script with"
+            " strategy='any_ddp', or use 'any_ddp_spawn'."
+        )
+    if _lightning.is_interactive() and method not in ("fork", "forkserver"):
+        raise NotebookLaunchError(
+            f"strategy={strategy.strategy_name!r} (start method {method!r}) can not run from a notebook or"
+            " an interactive session: 'popen' re-runs a script and 'spawn' can not pickle functions defined"
+            " there. Use strategy='any_ddp_notebook' (fork), or run your code as a script."
+        )
+
+
+def check_fork_safety(strategy: Any) -> None:
+    """Refuse a ``fork`` when the device was already initialised in this process."""
+    if _lightning.start_method_of(strategy) in ("fork", "forkserver"):
+        check_fork_safe(strategy.device_type)
+
+
+def check_backend(strategy: Any) -> None:
+    """Resolve the collective backend now (a device without one is refused, naming ``any_single``)."""
+    strategy._resolve_backend()
+
+
+def check_layout(strategy: Any) -> None:
+    """Set the ranks from the cluster environment and refuse an inconsistent process layout."""
+    env = strategy.cluster_environment
+    strategy.side.set_world_ranks(strategy)
+    rendezvous.check_layout(
+        num_nodes=strategy.num_nodes,
+        num_processes=strategy.num_processes,
+        node_rank=strategy.node_rank,
+        local_rank=strategy.local_rank,
+        world_size=env.world_size(),
+        global_rank=env.global_rank(),
+    )
+
+
+def name_socket_interface(strategy: Any) -> None:
+    """Name gloo's network interface towards the main address (:func:`~.rendezvous.configure_socket_interface`)."""
+    rendezvous.configure_socket_interface(strategy.cluster_environment.main_address)
+
+
+def rendezvous_deadline(strategy: Any) -> rendezvous.Deadline:
+    """A deadline that ends the process with a message if the rendezvous outlives ``timeout`` (plus a grace)."""
+    env = strategy.cluster_environment
+    seconds = strategy.timeout.total_seconds() + rendezvous.RENDEZVOUS_GRACE_S
+    message = (
+        f"rank {env.global_rank()}/{env.world_size()}: the rendezvous at {env.main_address}:{env.main_port} did"
+        f" not complete. Check that all {strategy.num_nodes} node(s) started with the same MASTER_ADDR/MASTER_PORT"
+        " and distinct NODE_RANKs, that the port is not used by another program, and that no firewall blocks it"
+    )
+    return rendezvous.Deadline(seconds, message)
+
+
+def lightning_setup_within_deadline(strategy: Any) -> None:
+    """Lightning's own ``setup_environment`` (select the device, join the process group) within the deadline."""
+    with rendezvous_deadline(strategy):
+        strategy.lightning_setup_environment()
+
+
+def destroy_process_group_at_exit(strategy: Any) -> None:
+    """Destroy the process group at exit for every backend (Lightning does it for NCCL only)."""
+    atexit.register(_lightning.destroy_process_group)
+
+
+# ----- steps of the sharded strategies ------------------------------------------------------------
+
+
+def check_collectives(strategy: Any) -> None:
+    """Refuse devices without collectives (e.g. ``mps``): sharding splits the model across processes."""
+    spec = strategy._spec
+    if spec.backend is None:
+        raise ShardingNotSupportedError(
+            f"{strategy._sharding_name} splits the model across processes, but {spec.name}"
+            f" ({strategy.device_type!r}) has no collective backend and runs one device per machine."
+            " Use strategy='any_single' there, or a device type with several devices."
+        )
+
+
+__all__ = [
+    "Setup",
+    "Step",
+    "StepFunction",
+    "align_precision",
+    "before_launch",
+    "check_accelerator",
+    "check_backend",
+    "check_collectives",
+    "check_device_precision",
+    "check_fork_safety",
+    "check_layout",
+    "check_start_method",
+    "destroy_process_group_at_exit",
+    "in_worker",
+    "lightning_setup",
+    "lightning_setup_within_deadline",
+    "rendezvous_deadline",
+    "name_socket_interface",
+    "run_setup",
+    "supervise_worker",
+    ]
