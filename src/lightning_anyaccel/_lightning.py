@@ -48,7 +48,10 @@ import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FunctionType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from torch.nn.modules.batchnorm import _BatchNorm
 
 T = TypeVar("T")
 
@@ -493,9 +496,9 @@ def inductor_schedules(device_type: str) -> bool:
     return private("torch._inductor.codegen.common", "get_scheduling_for_device")(device_type) is not None
 
 
-def batchnorm_base() -> type:
+def batchnorm_base() -> type[_BatchNorm]:
     """torch's base class of every BatchNorm (``BatchNorm1d/2d/3d``, ``SyncBatchNorm``)."""
-    base: type = private("torch.nn.modules.batchnorm", "_BatchNorm")
+    base: type[_BatchNorm] = private("torch.nn.modules.batchnorm", "_BatchNorm")
     return base
 
 

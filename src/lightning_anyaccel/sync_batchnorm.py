@@ -166,7 +166,7 @@ def convert_sync_batchnorm(module: torch.nn.Module, process_group: Any = None,
     converted = module
     if isinstance(module, _BatchNormBase) and type(module) is not target:
         # torch >= 2.9 lets a BatchNorm be affine without a bias (``bias=``); torch 2.8 has no such argument
-        no_bias = {"bias": False} if module.affine and module.bias is None else {}
+        no_bias: dict[str, bool] = {"bias": False} if module.affine and module.bias is None else {}
         converted = target(
             module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats,
             process_group, **no_bias,
