@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 # The dev/CI tools and the package's dependencies, pinned with hashes (`make lock` regenerates it).
 LOCK := requirements/dev.lock
 
-.PHONY: install run test test-suite test-emulated typecheck test-snippets emulator bench docs lab clean lock test-compat
+.PHONY: install run test typecheck test-snippets emulator bench docs lab clean lock test-compat
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -52,7 +52,7 @@ emulator: install
 
 # pytest's testpaths: tests/, then the code blocks of README.md and docs/ (conftest.py). The
 # notebooks run in JupyterLab there (tests/test_lab.py, needs Chromium); without Chromium, nbmake
-# runs them instead. Beside them, the device-generic tests again, on the emulated accelerator loaded as
+# runs them instead. Then the device-generic tests again, on the emulated accelerator loaded as
 # `acme`, a name in no table and no code of the package: zero configuration (docs/emulator.md). TEST_WORKERS pytest-xdist workers share the tests (most of them wait
 # on child processes; conftest.py sends the tests that must share a worker to one worker);
 # `make test TEST_WORKERS=0` runs everything in one process.
@@ -63,16 +63,9 @@ TEST_WORKERS ?= 2
 # On xpu, not the workloads either: GPT-2's attention can not run on emulated xpu (docs/emulator.md).
 SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook
 PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS)
-# The suite and the emulated passes run side by side (their tests mostly wait on child processes, so
-# together they keep both cores busy); each one's output is printed when it ends.
 test: install emulator typecheck
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-suite test-emulated
-
-test-suite: install emulator
 	$(PYTEST)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
-
-test-emulated: install emulator
 	$(PYTEST) -m device_generic --device emulated:acme -q
 	$(PYTEST) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS) and not test_workloads"
 	$(PYTEST) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)"
