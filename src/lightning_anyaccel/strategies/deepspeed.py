@@ -221,24 +221,7 @@ SETUP: Setup = (
 )
 
 #: The Trainer's: the same, and the inference settings checked once DeepSpeed has chosen its accelerator.
-TRAINER_SETUP: Setup = (
-    before_launch(select_deepspeed_accelerator),
-    before_launch(check_collectives),
-    before_launch(supervise_worker),
-    before_launch(check_accelerator),
-    before_launch(align_precision),
-    before_launch(check_start_method),
-    before_launch(check_fork_safety),
-    before_launch(check_backend),
-    in_worker(check_layout),
-    in_worker(name_socket_interface),
-    in_worker(check_vendor_package),
-    in_worker(lightning_setup_past_deepspeed_check),
-    in_worker(check_device_precision),
-    in_worker(destroy_process_group_at_exit),
-    in_worker(check_active_deepspeed_accelerator),
-    in_worker(check_inference_support),
-)
+TRAINER_SETUP: Setup = (*SETUP, in_worker(check_inference_support))
 
 
 class AnyDeepSpeedMixin(AnyShardedMixin):
