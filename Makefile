@@ -155,11 +155,12 @@ $(COMPAT_OLDEST)/.installed: requirements/compat-oldest.lock | install
 
 # A torch end: the lock of that torch and $(LOCK), every hash checked, nothing resolved; then the
 # package (editable, so the tests import this checkout) and the emulator compiled for that torch.
-$(COMPAT_DIR)/torch-%/.installed: requirements/torch-%.lock $(LOCK) pyproject.toml | install
+# Triton is left out (requirements/torch-ends-excludes.txt says why).
+$(COMPAT_DIR)/torch-%/.installed: requirements/torch-%.lock $(LOCK) requirements/torch-ends-excludes.txt pyproject.toml | install
 	rm -rf $(COMPAT_DIR)/torch-$*
 	$(PYTHON) -m uv venv -q --python $(PYTHON) $(COMPAT_DIR)/torch-$*
 	DS_BUILD_OPS=0 $(PYTHON) -m uv pip install -q --compile-bytecode --python $(COMPAT_PYTHON_torch-$*) \
-		--require-hashes --no-deps -r $(LOCK) -r requirements/torch-$*.lock
+		--require-hashes --no-deps -r $(LOCK) -r requirements/torch-$*.lock --excludes requirements/torch-ends-excludes.txt
 	$(PYTHON) -m uv pip install -q --python $(COMPAT_PYTHON_torch-$*) --no-deps --no-build-isolation -e .
 	MAX_JOBS=2 $(COMPAT_PYTHON_torch-$*) tests/emulator/_build_ext.py
 	@touch $@
