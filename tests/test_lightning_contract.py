@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_anyaccel import _lightning
+from lightning_anyaccel import _lightning, lightning_hooks
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "lightning_anyaccel"
 INSTALLED = [front_end for front_end in _lightning.FRONT_ENDS if front_end.is_installed()]
@@ -91,7 +91,7 @@ def _private_uses() -> tuple[dict[str, list[str]], set[str], list[str]]:
                 defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
             elif isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
                 defined.add(node.target.id)
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
+            elif isinstance(node, ast.ImportFrom) and path.name != "_lightning.py" and (node.module or "").split(".")[0] in (
                 "lightning", "pytorch_lightning", "lightning_fabric"
             ):
                 imports += [f"{path.name}: from {node.module} import {a.name}" for a in node.names if a.name.startswith("_")]
@@ -109,7 +109,69 @@ def test_no_private_lightning_name_outside_the_contract() -> None:
     listed = {a.name for a in _lightning.PRIVATE_ATTRIBUTES} | {n.name for n in _lightning.PRIVATE_NAMES}
     unlisted = {name: where for name, where in used.items() if name not in defined | listed | set(NOT_LIGHTNING)}
     assert not unlisted, f"private names used but not in lightning_anyaccel._lightning's contract: {unlisted}"
-    assert not imports, f"private Lightning imports outside lightning_anyaccel._lightning.private(): {imports}"
+    assert not imports, f"private Lightning imports outside lightning_anyaccel._lightning: {imports}"
+
+
+def test_private_launchers_are_the_listed_names() -> None:
+    """The launcher classes _lightning imports (the package's launchers' bases) are the ones PRIVATE_NAMES lists."""
+    for cls, dotted in ((_lightning.TrainerMultiProcessingLauncher, _lightning.TRAINER_MULTIPROCESSING_LAUNCHER),
+                        (_lightning.FabricMultiProcessingLauncher, _lightning.FABRIC_MULTIPROCESSING_LAUNCHER)):
+        module, _, name = dotted.rpartition(".")
+        assert any(entry.module == module and entry.name == name for entry in _lightning.PRIVATE_NAMES)
+        assert cls is _lookup(dotted, _lightning.LIGHTNING)
+
+
+def _named_parameters(function: object) -> tuple[list[str], bool]:
+    """The parameter names of ``function`` but ``self``/``cls``/``*args``/``**kwargs``, and whether it has those."""
+    parameters = list(inspect.signature(function).parameters.values())
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    names = [p.name for p in parameters if p.kind not in variadic and p.name not in ("self", "cls")]
+    return names, any(p.kind in variadic for p in parameters)
+
+
+_HOOKS = [
+    (hooks, name, lightning_class)
+    for hooks in lightning_hooks.ALL_HOOKS
+    for name in lightning_hooks.hooks_of(hooks)
+    for lightning_class in hooks.stands_for
+]
+
+
+@pytest.mark.parametrize("front_end", INSTALLED, ids=lambda f: f.package)
+@pytest.mark.parametrize(
+    ("hooks", "name", "lightning_class"), _HOOKS, ids=lambda v: v.__name__ if isinstance(v, type) else str(v)
+)
+def test_declared_hook_exists_with_its_parameters(front_end, hooks, name, lightning_class) -> None:
+    """Every hook lightning_hooks declares for the type checker is Lightning's, with the same parameter names.
+
+    A declaration without ``*args``/``**kwargs`` has exactly Lightning's parameter names, in order; one
+    with them (a hook whose other parameters differ between the classes it stands for) names only
+    parameters Lightning's hook has.
+    """
+    where = f"{hooks.__name__}.{name}, declared for {lightning_class} ({_version(front_end)})"
+    owner = _lookup(lightning_class, front_end)
+    assert isinstance(owner, type)
+    declared = inspect.getattr_static(hooks, name)
+    actual = inspect.getattr_static(owner, name, None)
+    assert actual is not None, f"{where} is gone"
+    if isinstance(declared, property):
+        assert isinstance(actual, property), f"{where} is no longer a property"
+        for accessor in ("fget", "fset"):
+            if getattr(declared, accessor) is not None:
+                assert getattr(actual, accessor) is not None, f"{where} has no {accessor} any more"
+        return
+    assert isinstance(actual, type(declared)), f"{where} is now a {type(actual).__name__}"
+    declared_names, declared_variadic = _named_parameters(getattr(hooks, name))
+    actual_names, _ = _named_parameters(getattr(owner, name))
+    if declared_variadic:
+        assert set(declared_names) <= set(actual_names), f"{where} now takes {actual_names}"
+    else:
+        assert declared_names == actual_names, f"{where} now takes {actual_names}"
+
+
+def test_every_hook_class_declares_hooks() -> None:
+    """Each hook class declares something (a renamed or emptied declaration would check nothing)."""
+    assert all(hooks.stands_for and lightning_hooks.hooks_of(hooks) for hooks in lightning_hooks.ALL_HOOKS)
 
 
 def test_private_refuses_unlisted_names() -> None:

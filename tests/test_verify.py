@@ -77,7 +77,8 @@ def test_failed_check_fails_the_report(monkeypatch):
                                     "strategies.model_parallel", "strategies.deepspeed", "strategies.common",
                                     "strategies.sharding", "sync_batchnorm", "compilation", "build_locks",
                                     "strategies.steps", "strategies.base", "strategies.multi_process",
-                                    "strategies.sharded", "strategies.ddp", "fabric.strategies", "front_ends", "local_runs"])
+                                    "strategies.sharded", "strategies.ddp", "fabric.strategies", "front_ends", "local_runs",
+                                    "lightning_hooks"])
 def test_docstring_examples(module):
     import doctest
     import importlib

@@ -48,7 +48,16 @@ import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FunctionType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+# Lightning's spawn/fork launchers (Trainer's and Fabric's), listed in PRIVATE_NAMES: imported as
+# classes (not read through `private`) so that the type checker knows the package's launchers' bases.
+from lightning.fabric.strategies.launchers.multiprocessing import (
+    _MultiProcessingLauncher as FabricMultiProcessingLauncher,
+)
+from lightning.pytorch.strategies.launchers.multiprocessing import (
+    _MultiProcessingLauncher as TrainerMultiProcessingLauncher,
+)
 
 if TYPE_CHECKING:
     from torch.nn.modules.batchnorm import _BatchNorm
@@ -148,7 +157,7 @@ def port(obj: T, front_end: FrontEnd) -> T:
         return obj
     if front_end_of_module(obj.__module__) is LIGHTNING:
         module = importlib.import_module(front_end.translate(obj.__module__))
-        return functools.reduce(getattr, obj.__qualname__.split("."), module)  # type: ignore[arg-type,return-value]
+        return cast(T, functools.reduce(getattr, obj.__qualname__.split("."), module))
     if not obj.__module__.startswith("lightning_anyaccel") or front_end_of(obj) is not LIGHTNING:
         return obj
     key = (obj, front_end.package)
@@ -192,7 +201,8 @@ def _rebind(value: Any, class_cell: types.CellType, where: str) -> Any:
     if isinstance(value, classmethod):
         return classmethod(_rebind(value.__func__, class_cell, where))
     if isinstance(value, property):
-        return property(*(_rebind(f, class_cell, where) for f in (value.fget, value.fset, value.fdel)), value.__doc__)
+        fget, fset, fdel = (_rebind(f, class_cell, where) for f in (value.fget, value.fset, value.fdel))
+        return property(fget, fset, fdel, value.__doc__)
     if not isinstance(value, FunctionType) or "__class__" not in value.__code__.co_freevars:
         wrapped = getattr(value, "__wrapped__", None)
         while wrapped is not None:
@@ -282,6 +292,10 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
 )
 
 _TRAINER_DDP = "lightning.pytorch.strategies.DDPStrategy"
+#: Lightning's spawn/fork launchers (the classes :data:`TrainerMultiProcessingLauncher` and
+#: :data:`FabricMultiProcessingLauncher`), by name: what :mod:`lightning_anyaccel.lightning_hooks` declares hooks of.
+TRAINER_MULTIPROCESSING_LAUNCHER = "lightning.pytorch.strategies.launchers.multiprocessing._MultiProcessingLauncher"
+FABRIC_MULTIPROCESSING_LAUNCHER = "lightning.fabric.strategies.launchers.multiprocessing._MultiProcessingLauncher"
 _FABRIC_DDP = "lightning.fabric.strategies.DDPStrategy"
 _TRAINER_CONNECTOR = "lightning.pytorch.trainer.connectors.accelerator_connector._AcceleratorConnector"
 _FABRIC_CONNECTOR = "lightning.fabric.connector._Connector"
@@ -299,8 +313,8 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
     PrivateAttribute("lightning.fabric.strategies.Strategy", "_launcher", "AnyDistributedMixin._configure_launcher"),
     PrivateAttribute("lightning.pytorch.core.module.LightningModule", "_compiler_ctx", "compilation.compiled_parts"),
     PrivateAttribute("lightning.pytorch.strategies.ParallelStrategy", "_layer_sync", "AnyDistributedMixin._layer_sync"),
-    PrivateAttribute("lightning.pytorch.strategies.SingleDeviceStrategy", "_root_device", "LazyDeviceMixin"),
-    PrivateAttribute("lightning.fabric.strategies.SingleDeviceStrategy", "_root_device", "LazyDeviceMixin"),
+    PrivateAttribute("lightning.pytorch.strategies.SingleDeviceStrategy", "_root_device", "policy._refuse_foreign"),
+    PrivateAttribute("lightning.fabric.strategies.SingleDeviceStrategy", "_root_device", "policy._refuse_foreign"),
     PrivateAttribute(_TRAINER_DDP, "_configure_launcher", "AnyDistributedMixin._configure_launcher"),
     PrivateAttribute(_FABRIC_DDP, "_configure_launcher", "AnyDistributedMixin._configure_launcher"),
     PrivateAttribute(_TRAINER_DDP, "_get_process_group_backend", "AnyDistributedMixin._get_process_group_backend"),
@@ -424,18 +438,6 @@ def parse_cpu_cores(devices: Any) -> int:
 def disable_module_memory_sharing(data: Any) -> Any:
     """``data`` with every module's tensors copied out of shared memory (what ``spawn`` put them in)."""
     return private("lightning.fabric.strategies.launchers.multiprocessing", "_disable_module_memory_sharing")(data)
-
-
-def trainer_multiprocessing_launcher() -> type:
-    """The Trainer's spawn/fork launcher class (``lightning``; :func:`port` gives the other package's)."""
-    launcher: type = private("lightning.pytorch.strategies.launchers.multiprocessing", "_MultiProcessingLauncher")
-    return launcher
-
-
-def fabric_multiprocessing_launcher() -> type:
-    """Fabric's spawn/fork launcher class (``lightning``; :func:`port` gives the other package's)."""
-    launcher: type = private("lightning.fabric.strategies.launchers.multiprocessing", "_MultiProcessingLauncher")
-    return launcher
 
 
 def destroy_process_group() -> None:
@@ -877,6 +879,7 @@ def _wrap(
 
 
 __all__ = [
+    "FABRIC_MULTIPROCESSING_LAUNCHER",
     "FRONT_ENDS",
     "LIGHTNING",
     "PRIVATE_ATTRIBUTES",
@@ -884,6 +887,9 @@ __all__ = [
     "PYTORCH_LIGHTNING",
     "FABRIC_CONNECTOR",
     "TRAINER_CONNECTOR",
+    "TRAINER_MULTIPROCESSING_LAUNCHER",
+    "FabricMultiProcessingLauncher",
+    "TrainerMultiProcessingLauncher",
     "ConnectorPolicy",
     "ConnectorView",
     "FrontEnd",
@@ -927,7 +933,6 @@ __all__ = [
     "destroy_process_group",
     "disable_module_memory_sharing",
     "distributed_is_initialized",
-    "fabric_multiprocessing_launcher",
     "full_state_dict_context_replaced",
     "has_backend_type",
     "has_bad_fork_check",
@@ -939,6 +944,5 @@ __all__ = [
     "register_ddp_comm_hook",
     "set_default_backend",
     "setup_activation_checkpointing",
-    "trainer_multiprocessing_launcher",
     "validate_device_index_selection",
 ]

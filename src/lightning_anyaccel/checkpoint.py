@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, Union
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
@@ -33,7 +33,13 @@ from lightning_anyaccel import runtime
 from lightning_anyaccel.devices import is_host, known_device_types
 from lightning_anyaccel.troubleshooting import LinkedError
 
-_PATH = Union[str, os.PathLike]  # what Lightning's checkpoint IO accepts as a path
+_PATH = Union[str, Path]  # what Lightning's checkpoint IO accepts as a path (its own `_PATH`)
+
+if TYPE_CHECKING:  # each save mixin is mixed in before the strategies of one front end
+    from lightning.fabric.strategies import Strategy as _FabricStrategy
+    from lightning.pytorch.strategies import Strategy as _TrainerStrategy
+else:
+    _TrainerStrategy = _FabricStrategy = object
 
 
 def portable_map_location(storage: Any, location: str) -> Any:
@@ -301,7 +307,7 @@ def load_errors(path: _PATH, strategy: str) -> Iterator[None]:
         ) from exc
 
 
-class AtomicSaveMixin:
+class AtomicSaveMixin(_TrainerStrategy):
     """For the Trainer's sharded strategies (FSDP, FSDP2, DeepSpeed): atomic saves, clear load errors.
 
     Mixed in first, before the package's strategy mixin: ``save_checkpoint`` runs the strategy's
@@ -309,38 +315,40 @@ class AtomicSaveMixin:
     renamed (:func:`recover`) and reports broken or foreign checkpoints with :func:`load_errors`.
     """
 
-    is_global_zero: bool
-
+    @override
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH, storage_options: Any | None = None) -> None:
-        parent = super()
+        parent_save = super().save_checkpoint
 
         def write(staged: Path) -> None:
-            parent.save_checkpoint(checkpoint, staged, storage_options)  # type: ignore[misc]
+            parent_save(checkpoint, staged, storage_options)
 
         save_atomically(self, filepath, write)
 
+    @override
     def load_checkpoint(self, checkpoint_path: _PATH, *args: Any, **kwargs: Any) -> dict[str, Any]:
         path = _recover_on_rank_zero(self, checkpoint_path)
         with load_errors(path, type(self).__name__):
-            return super().load_checkpoint(path, *args, **kwargs)  # type: ignore[misc]
+            return super().load_checkpoint(path, *args, **kwargs)
 
 
-class FabricAtomicSaveMixin:
+class FabricAtomicSaveMixin(_FabricStrategy):
     """:class:`AtomicSaveMixin` for Fabric's sharded strategies (Fabric's argument order)."""
 
+    @override
     def save_checkpoint(self, path: _PATH, state: dict[str, Any], storage_options: Any | None = None,
                         filter: dict[str, Callable[[str, Any], bool]] | None = None) -> None:
-        parent = super()
+        parent_save = super().save_checkpoint
 
         def write(staged: Path) -> None:
-            parent.save_checkpoint(staged, state, storage_options=storage_options, filter=filter)  # type: ignore[misc]
+            parent_save(staged, state, storage_options=storage_options, filter=filter)
 
         save_atomically(self, path, write)
 
+    @override
     def load_checkpoint(self, path: _PATH, *args: Any, **kwargs: Any) -> Any:
         path = _recover_on_rank_zero(self, path)
         with load_errors(path, type(self).__name__):
-            return super().load_checkpoint(path, *args, **kwargs)  # type: ignore[misc]
+            return super().load_checkpoint(path, *args, **kwargs)
 
 
 def _recover_on_rank_zero(strategy: Any, path: _PATH) -> Path:

@@ -54,6 +54,7 @@ def resolve_backend(device: torch.device, explicit: str | None = None) -> str:
             not carry its tensors, or one not registered in this process, each naming the fix.
     """
     spec = get_spec(device.type)
+    name: str | None
     if explicit:
         name = explicit.lower()
     else:

@@ -39,7 +39,8 @@ class AnyMPIEnvironment(ClusterEnvironment):
         super().__init__()
         self._layout: ProcessLayout = read_layout(os.environ)
         self._world_size = self._layout.world_size
-        rank_zero_only.rank = self._layout.rank
+        # rank_zero_only reads its `rank` attribute, set like Lightning's own environments set it
+        rank_zero_only.rank = self._layout.rank  # type: ignore[attr-defined]  # an attribute set on the function
 
     @property
     def layout(self) -> ProcessLayout:

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_anyaccel import _lightning, devices
 from lightning_anyaccel._lightning import LIGHTNING, PYTORCH_LIGHTNING, FrontEnd
 
@@ -139,7 +141,12 @@ def register() -> None:
     register_trainer(LIGHTNING)
     register_fabric(LIGHTNING)
     _when_imported("lightning_fabric", lambda: _register_standalone_fabric())
-    _when_imported("pytorch_lightning", lambda: (register_trainer(PYTORCH_LIGHTNING), register_fabric(PYTORCH_LIGHTNING)))
+    _when_imported("pytorch_lightning", _register_pytorch_lightning)
+
+
+def _register_pytorch_lightning() -> None:
+    register_trainer(PYTORCH_LIGHTNING)
+    register_fabric(PYTORCH_LIGHTNING)
 
 
 def _register_standalone_fabric() -> None:
@@ -168,6 +175,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         self.callback = callback
         self._finding = False
 
+    @override
     def find_spec(self, fullname: str, path: Any = None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != self.name or self._finding:
             return None

@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -27,7 +27,14 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_anyaccel.devices import PRECISION_DTYPES
+from lightning_anyaccel.lightning_hooks import FSDPPrecisionHooks
 from lightning_anyaccel.precision import check_precision
+from lightning_anyaccel.runtime import detect_device_type
+
+if TYPE_CHECKING:
+    _Base = FSDPPrecisionHooks
+else:
+    _Base = object
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -49,14 +56,15 @@ def device_autocast(precision: str, device_type: str) -> AbstractContextManager 
     return torch.autocast(device_type, dtype=_DTYPES[dtype])
 
 
-class DeviceFSDPPrecisionMixin:
+class DeviceFSDPPrecisionMixin(_Base):
     """Autocast and the sharded grad scaler on ``device``; mixed in before either front end's ``FSDPPrecision``.
 
     Args:
         precision: as for ``FSDPPrecision`` (``"bf16-mixed"``, ``"16-mixed"``, ``"32-true"``, ...).
         scaler: a ``ShardedGradScaler`` of your own (``16-mixed`` only); default: one on ``device``.
-        device: the device type to autocast on. The strategies set it from their device, so users
-            rarely pass it.
+        device: the device type to autocast on; ``None`` (default) is the device type the package
+            detects (:func:`lightning_anyaccel.runtime.detect_device_type`, ``"cpu"`` without an
+            accelerator). The strategies set it from their device, so users rarely pass it.
 
     Raises:
         PrecisionNotSupportedError: ``device`` cannot autocast in ``precision``.
@@ -64,20 +72,22 @@ class DeviceFSDPPrecisionMixin:
 
     precision: Any
 
-    def __init__(self, precision: Any, scaler: Any = None, device: str = "cuda") -> None:
+    def __init__(self, precision: Any, scaler: Any = None, device: str | None = None) -> None:
+        if device is None:
+            device = detect_device_type()
         check_precision(precision, device)
         if scaler is not None and precision != "16-mixed":
             raise ValueError(f"precision={precision!r} does not use a scaler, found {scaler}.")
         # Lightning's __init__ refuses any scaler (it checks before setting `precision`) and builds
         # a CUDA one for 16-mixed, so the device's scaler is set afterwards.
-        super().__init__(precision)  # type: ignore[call-arg]
+        super().__init__(precision)
         self.scaler = scaler if scaler is not None else sharded_grad_scaler(precision, device)
         self.device = device
 
     @override
     def forward_context(self) -> AbstractContextManager:
         """Autocast on the plugin's device type (Lightning's targets ``"cuda"``)."""
-        return device_autocast(self.precision, self.device) or super().forward_context()  # type: ignore[misc]
+        return device_autocast(self.precision, self.device) or super().forward_context()
 
 
 class AnyFSDPPrecision(DeviceFSDPPrecisionMixin, FSDPPrecision):

@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import TracebackType
 
 from lightning_anyaccel import _lightning, rendezvous
 
@@ -156,10 +157,10 @@ def _note_error_exit() -> None:
     """Chain ``sys.excepthook`` so :func:`kill_children` knows the process is ending with an error."""
     previous = sys.excepthook
 
-    def hook(*args: object) -> None:
+    def hook(exc_type: type[BaseException], exc: BaseException, traceback: TracebackType | None) -> None:
         global _error_exit
         _error_exit = True
-        previous(*args)
+        previous(exc_type, exc, traceback)
 
     sys.excepthook = hook
 

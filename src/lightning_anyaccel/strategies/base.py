@@ -18,7 +18,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 from typing_extensions import override
@@ -27,7 +27,13 @@ from lightning_anyaccel import _lightning
 from lightning_anyaccel.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.compilation import check_compiled
 from lightning_anyaccel.front_ends import FrontEndSide, TrainerSide
+from lightning_anyaccel.lightning_hooks import TrainerStrategyHooks
 from lightning_anyaccel.strategies.steps import Setup, run_setup
+
+if TYPE_CHECKING:
+    _Base = TrainerStrategyHooks
+else:
+    _Base = object
 
 T = TypeVar("T", bound=type)
 
@@ -51,7 +57,7 @@ def fabric_class(name: str) -> Callable[[T], T]:
     return publish
 
 
-class AnyStrategyMixin:
+class AnyStrategyMixin(_Base):
     """Device-generic behaviour of every strategy; mixed in before a Lightning strategy class.
 
     Relies on the Lightning strategy API only: ``root_device``, ``accelerator``, the precision
@@ -85,7 +91,7 @@ class AnyStrategyMixin:
 
     def lightning_setup_environment(self) -> None:
         """Lightning's own ``setup_environment`` (run by the step :func:`~.steps.lightning_setup`)."""
-        super(AnyStrategyMixin, self).setup_environment()  # type: ignore[misc]
+        super(AnyStrategyMixin, self).setup_environment()
 
     @override
     def setup(self, trainer: Any) -> None:
@@ -98,14 +104,15 @@ class AnyStrategyMixin:
         module = getattr(self, "lightning_module", None)
         if module is not None:
             check_compiled(module, self.root_device)
-        super().setup(trainer)  # type: ignore[misc]
+        super().setup(trainer)
 
     @property
     def device_type(self) -> str:
         """The device type this strategy trains on (``self.root_device.type``)."""
         return self.root_device.type
 
-    @property
+    @property  # type: ignore[explicit-override]  # is @override: mypy 2.4 misses it on a property with a setter
+    @override
     def checkpoint_io(self) -> Any:
         """Lightning's checkpoint IO, defaulting to :class:`AtomicCheckpointIO` (a kill mid-save keeps the old file).
 
@@ -113,7 +120,7 @@ class AnyStrategyMixin:
         """
         if _lightning.checkpoint_io_given(self) is None:
             _lightning.set_checkpoint_io(self, self.side.port(AtomicCheckpointIO)())
-        return super().checkpoint_io  # type: ignore[misc]
+        return super().checkpoint_io
 
     @checkpoint_io.setter
     def checkpoint_io(self, io: Any) -> None:

@@ -25,7 +25,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from lightning.fabric.strategies import ModelParallelStrategy as FabricModelParallel
 from lightning.pytorch.strategies import ModelParallelStrategy
@@ -162,7 +162,8 @@ def fully_shard_data_parallel(module: Module, device_mesh: Any) -> Module:
     """
     from torch.distributed.fsdp import fully_shard
 
-    return fully_shard(module, mesh=device_mesh["data_parallel"])
+    # fully_shard returns `module` itself, its class extended with FSDPModule (typed as FSDPModule only)
+    return cast(Module, fully_shard(module, mesh=device_mesh["data_parallel"]))
 
 
 @fabric_class("AnyModelParallelStrategy")

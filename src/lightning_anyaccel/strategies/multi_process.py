@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from lightning.fabric.plugins.environments import LightningEnvironment, MPIEnvironment
@@ -28,8 +28,14 @@ from lightning_anyaccel import _lightning, rendezvous, supervision
 from lightning_anyaccel.accelerator import DeviceCountError, process_devices
 from lightning_anyaccel.distributed import resolve_backend
 from lightning_anyaccel.environments import AnyMPIEnvironment
+from lightning_anyaccel.lightning_hooks import DistributedHooks
 from lightning_anyaccel.strategies.base import AnyStrategyMixin
 from lightning_anyaccel.sync_batchnorm import DeviceLayerSync
+
+if TYPE_CHECKING:
+    _Base = DistributedHooks
+else:
+    _Base = object
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +51,7 @@ START_METHODS: dict[str, str] = {
 }
 
 
-class AnyDistributedMixin(AnyStrategyMixin):
+class AnyDistributedMixin(AnyStrategyMixin, _Base):
     """Several processes: launcher, MPI adoption, backend, DDP wrapping, barrier, failure report.
 
     What every multi-process strategy (DDP, FSDP, FSDP2, DeepSpeed; Trainer and Fabric) has in
@@ -143,7 +149,7 @@ class AnyDistributedMixin(AnyStrategyMixin):
         self._adopt_launcher_environment()
         start_method = _lightning.start_method_of(self)
         if start_method == "popen":
-            super()._configure_launcher()  # type: ignore[misc]
+            super()._configure_launcher()
         else:
             _lightning.set_launcher(self, self.side.launcher_class()(self, start_method=start_method))
         if not self.cluster_environment.creates_processes_externally:  # this process starts the workers
@@ -176,7 +182,7 @@ class AnyDistributedMixin(AnyStrategyMixin):
     @override
     def on_exception(self, exception: BaseException) -> None:
         """Say which rank failed and why the others stop, for errors of the process group (Trainer hook)."""
-        super().on_exception(exception)  # type: ignore[misc]
+        super().on_exception(exception)
         if self.world_size > 1 and _is_distributed_failure(exception):
             log.error(
                 "[lightning_anyaccel] rank %d/%d: a collective failed (%s). Another process of this job died,"

@@ -8,17 +8,23 @@ front end; the distributed strategies take the one of their front end from the f
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning, supervision
 from lightning_anyaccel.devices import is_host
 from lightning_anyaccel.distributed import check_fork_safe
+from lightning_anyaccel.lightning_hooks import MultiProcessingLauncherHooks
 from lightning_anyaccel.strategies.base import fabric_class
 
+if TYPE_CHECKING:
+    _Base = MultiProcessingLauncherHooks
+else:
+    _Base = object
 
-class SafeLaunchMixin:
+
+class SafeLaunchMixin(_Base):
     """Mixed in before Lightning's multiprocessing launcher (Trainer's or Fabric's).
 
     Two fixes over Lightning's launcher, which only knows its own CPU/CUDA accelerators:
@@ -34,7 +40,7 @@ class SafeLaunchMixin:
     def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
         if _lightning.start_method_of(self) in ("fork", "forkserver"):
             check_fork_safe(_lightning.launcher_strategy(self).root_device.type)
-        return super().launch(function, *args, **kwargs)  # type: ignore[misc]
+        return super().launch(function, *args, **kwargs)
 
     @override
     def _wrapping_function(self, process_idx: int, *rest: Any) -> Any:
@@ -42,19 +48,15 @@ class SafeLaunchMixin:
         if _lightning.start_method_of(self) == "spawn" and is_host(strategy.root_device.type):
             rest = _lightning.disable_module_memory_sharing(rest)
         with supervision.report_failure(lambda: strategy.global_rank):  # name the failed rank
-            return super()._wrapping_function(process_idx, *rest)  # type: ignore[misc]
+            return super()._wrapping_function(process_idx, *rest)
 
 
-_TrainerLauncher = _lightning.trainer_multiprocessing_launcher()
-_FabricLauncher = _lightning.fabric_multiprocessing_launcher()
-
-
-class AnyMultiProcessingLauncher(SafeLaunchMixin, _TrainerLauncher):
+class AnyMultiProcessingLauncher(SafeLaunchMixin, _lightning.TrainerMultiProcessingLauncher):
     """The Trainer's spawn/fork launcher, with the fork and shared-memory fixes of :class:`SafeLaunchMixin`."""
 
 
 @fabric_class("AnyMultiProcessingLauncher")
-class FabricMultiProcessingLauncher(SafeLaunchMixin, _FabricLauncher):
+class FabricMultiProcessingLauncher(SafeLaunchMixin, _lightning.FabricMultiProcessingLauncher):
     """Fabric's spawn/fork launcher, with the fork and shared-memory fixes of :class:`SafeLaunchMixin`.
 
     Published as ``lightning_anyaccel.fabric.AnyMultiProcessingLauncher``.

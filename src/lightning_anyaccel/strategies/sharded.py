@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -33,7 +33,8 @@ class AnyShardedMixin(AnyDistributedMixin):
 
     #: How the strategy is called in messages.
     _sharding_name: str = "Sharded training"
-    _start_method: str = "popen"
+    #: How the processes start (Lightning's DDP attribute and type; the sharded strategies start them with ``popen``).
+    _start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen"
 
     @property
     def _spec(self) -> DeviceSpec:

@@ -22,7 +22,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from lightning.fabric.strategies import SingleDeviceStrategy as FabricSingleDevice
@@ -33,6 +33,7 @@ from typing_extensions import override
 from lightning_anyaccel.accelerator import process_devices
 from lightning_anyaccel.devices import device_of
 from lightning_anyaccel.front_ends import FabricSide
+from lightning_anyaccel.lightning_hooks import SingleDeviceHooks
 from lightning_anyaccel.strategies.base import AnyStrategyMixin, fabric_class
 from lightning_anyaccel.strategies.parameter_moves import FabricParameterMovesMixin, TrainerParameterMovesMixin
 from lightning_anyaccel.strategies.steps import (
@@ -45,6 +46,11 @@ from lightning_anyaccel.strategies.steps import (
     lightning_setup,
 )
 
+if TYPE_CHECKING:
+    _Base = SingleDeviceHooks
+else:
+    _Base = object
+
 #: What a single-device strategy does at setup, in order (launching process: the ``before_launch`` steps).
 SETUP: Setup = (
     before_launch(check_accelerator),
@@ -54,7 +60,7 @@ SETUP: Setup = (
 )
 
 
-class LazyDeviceMixin(AnyStrategyMixin):
+class LazyDeviceMixin(AnyStrategyMixin, _Base):
     """One process, one device, taken from the accelerator unless given.
 
     Lightning's connectors (Trainer and Fabric) hand the selected device over through
@@ -67,20 +73,22 @@ class LazyDeviceMixin(AnyStrategyMixin):
         **kwargs: the Lightning ``SingleDeviceStrategy`` arguments (accelerator, checkpoint_io, precision).
     """
 
-    _root_device: torch.device | None
+    #: The device given or selected by the connector; ``None`` until then (Lightning's ``_root_device``,
+    #: never read, keeps the ``"cpu"`` passed to its ``__init__``).
+    _selected_device: torch.device | None
     strategy_name: ClassVar[str] = "any_single"
     setup_steps: ClassVar[Setup] = SETUP
 
     def __init__(self, device: str | torch.device | None = None, **kwargs: Any) -> None:
-        super().__init__(device="cpu", **kwargs)  # type: ignore[call-arg]
+        super().__init__(device="cpu", **kwargs)
         # an unnumbered device ("hpu", as lightning-habana's SingleHPUStrategy takes it) is the process's device 0
-        self._root_device = process_devices([torch.device(device)])[0] if device is not None else None
+        self._selected_device = process_devices([torch.device(device)])[0] if device is not None else None
 
     @property
     @override
     def root_device(self) -> torch.device:  # type: ignore[override]
         """The device given, else device 0 of the accelerator's type."""
-        if self._root_device is None:
+        if self._selected_device is None:
             device_type = getattr(self.accelerator, "device_type", None)
             if device_type is None:
                 raise MisconfigurationException(
@@ -88,12 +96,12 @@ class LazyDeviceMixin(AnyStrategyMixin):
                     f" or give one, e.g. {type(self).__name__}('xpu:0')."
                 )
             return device_of(device_type)
-        return self._root_device
+        return self._selected_device
 
     @property
     def parallel_devices(self) -> list[torch.device]:
         """The one device, as a list: lets Lightning's connector hand over the selected device."""
-        return [self._root_device] if self._root_device is not None else []
+        return [self._selected_device] if self._selected_device is not None else []
 
     @parallel_devices.setter
     def parallel_devices(self, devices: list[torch.device]) -> None:
@@ -102,11 +110,11 @@ class LazyDeviceMixin(AnyStrategyMixin):
                 f"strategy='{self.strategy_name}' trains on one device, but devices= selected {len(devices)}:"
                 f" {devices}. Use devices=1, or strategy='any_ddp' for several devices."
             )
-        self._root_device = devices[0]
+        self._selected_device = devices[0]
 
     @override
     def _configure_launcher(self) -> None:
-        super()._configure_launcher()  # type: ignore[misc]
+        super()._configure_launcher()
         self._validate_device_setup()
 
 
