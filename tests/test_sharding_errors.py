@@ -7,7 +7,10 @@ real 2-process runs are in ``test_sharding_cpu.py``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import threading
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -23,6 +26,7 @@ from lightning_anyaccel import (
     DeepSpeedNotInstalledError,
     ShardingNotSupportedError,
 )
+from lightning_anyaccel import _lightning as anyaccel_lightning
 from lightning_anyaccel import fabric as anyaccel_fabric
 from lightning_anyaccel.strategies.sharding import AnyDeepSpeedMixin, AnyFSDPMixin, AnyModelParallelMixin
 
@@ -109,15 +113,34 @@ def test_fsdp_full_state_offload_follows_the_table(front_end: FrontEnd):
 
 
 def test_fabric_fsdp_full_state_helper_follows_the_table() -> None:
-    """Fabric's checkpoint code gathers through our helper (no CPU offload on CPU) only while it runs."""
+    """Fabric's checkpoint code gathers through our helper (no CPU offload on CPU) only while it runs, and only
+    in the thread that runs it: a save in another thread meanwhile gets Lightning's own helper."""
     from front_ends import FABRIC
 
     strategy = _build(FABRIC, anyaccel_fabric.AnyFSDPStrategy(state_dict_type="full")).strategy
-    originals = lightning_fsdp._get_full_state_dict_context, lightning_model_parallel._get_full_state_dict_context
-    with strategy._lightning_full_state_dict():
-        assert lightning_fsdp._get_full_state_dict_context is lightning_model_parallel._get_full_state_dict_context
-        assert lightning_fsdp._get_full_state_dict_context is not originals[0]
-    assert (lightning_fsdp._get_full_state_dict_context, lightning_model_parallel._get_full_state_dict_context) == originals
+    calls: list[tuple[str, bool]] = []
+
+    def lightning_helper(module, world_size=1, rank0_only=True):
+        calls.append(("lightning", rank0_only))
+        return contextlib.nullcontext()
+
+    def ours(module, rank0_only=True):
+        calls.append(("package", rank0_only))
+        return contextlib.nullcontext()
+
+    module = torch.nn.Linear(2, 2)
+    with patch.object(lightning_fsdp, "_get_full_state_dict_context", lightning_helper), \
+            patch.object(lightning_model_parallel, "_get_full_state_dict_context", lightning_helper), \
+            patch.object(anyaccel_lightning, "_FULL_STATE_DICT_DISPATCHING", set()), \
+            patch.object(strategy, "_full_state_dict_context", ours):
+        with strategy._lightning_full_state_dict():
+            lightning_fsdp._get_full_state_dict_context(module, 2, rank0_only=False)
+            lightning_model_parallel._get_full_state_dict_context(module, 2)
+            other = threading.Thread(target=lambda: lightning_fsdp._get_full_state_dict_context(module, 2))
+            other.start()
+            other.join(timeout=30)
+        lightning_fsdp._get_full_state_dict_context(module, 2)
+    assert calls == [("package", False), ("package", True), ("lightning", True), ("lightning", True)]
 
 
 # ----- precision on the device type ---------------------------------------------------------------------

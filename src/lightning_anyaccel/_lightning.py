@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import importlib
 import importlib.util
@@ -473,23 +474,48 @@ def validate_device_index_selection(parallel_devices: Any) -> None:
     private("lightning.fabric.strategies.deepspeed", "_validate_device_index_selection")(parallel_devices)
 
 
+#: The full-state-dict helper of the FSDP save or load running in this thread (or task), if any.
+_FULL_STATE_DICT_HELPER: contextvars.ContextVar[Callable[..., Any] | None] = contextvars.ContextVar(
+    "lightning_anyaccel_full_state_dict_helper", default=None)
+#: The packages (``lightning``, ``lightning_fabric``) whose modules already dispatch through it.
+_FULL_STATE_DICT_DISPATCHING: set[str] = set()
+#: Fabric's modules whose checkpoint code calls the module-level ``_get_full_state_dict_context``.
+FULL_STATE_DICT_MODULES = ("lightning.fabric.strategies.fsdp", "lightning.fabric.strategies.model_parallel")
+
+
+def _dispatch_full_state_dict_context(front_end: FrontEnd) -> None:
+    """Once per package: its modules' ``_get_full_state_dict_context`` calls the scoped helper, else Lightning's own."""
+    if front_end.package in _FULL_STATE_DICT_DISPATCHING:
+        return
+    for name in FULL_STATE_DICT_MODULES:
+        module = front_end.module(name)
+        original = private(name, "_get_full_state_dict_context", front_end)
+
+        def dispatch(*args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            helper = _FULL_STATE_DICT_HELPER.get()
+            return (helper or _original)(*args, **kwargs)
+
+        dispatch.__wrapped__ = original  # type: ignore[attr-defined]  # functools' convention: the function it stands in for
+        module._get_full_state_dict_context = dispatch
+    _FULL_STATE_DICT_DISPATCHING.add(front_end.package)
+
+
 @contextlib.contextmanager
 def full_state_dict_context_replaced(front_end: FrontEnd, helper: Callable[..., Any]) -> Iterator[None]:
     """Fabric's FSDP and ModelParallel checkpoint code gather full state dicts through ``helper`` while this runs.
 
     Their ``save_checkpoint``/``load_checkpoint`` call a module-level ``_get_full_state_dict_context``
-    that always offloads to CPU; it is replaced in both modules for the duration, then restored.
+    that always offloads to CPU. The first use makes that function dispatch (in both modules): to
+    ``helper`` inside this context, in this thread or task only (a :class:`contextvars.ContextVar`),
+    and to Lightning's own everywhere else, so a save running beside it in another thread is not
+    affected.
     """
-    names = ("lightning.fabric.strategies.fsdp", "lightning.fabric.strategies.model_parallel")
-    modules = [front_end.module(name) for name in names]
-    originals = [private(name, "_get_full_state_dict_context", front_end) for name in names]
-    for module in modules:
-        module._get_full_state_dict_context = helper
+    _dispatch_full_state_dict_context(front_end)
+    token = _FULL_STATE_DICT_HELPER.set(helper)
     try:
         yield
     finally:
-        for module, original in zip(modules, originals):
-            module._get_full_state_dict_context = original
+        _FULL_STATE_DICT_HELPER.reset(token)
 
 
 def inductor_schedules(device_type: str) -> bool:
