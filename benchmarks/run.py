@@ -38,9 +38,9 @@ class Settings:
     overhead_reps: int = 20
     overhead_warmup: int = 10
     overhead_measure: int = 150
-    transformer_reps: int = 6
+    transformer_reps: int = 20  # enough rounds for the median's interval to exclude the goal at ~3 % noise
     transformer_warmup: int = 5
-    transformer_measure: int = 30
+    transformer_measure: int = 60
     transformer_size: str = "auto"  # benchmarks.transformer.SIZES: gpt2-small on accelerators, cpu-small on CPU
     strategy_rounds: int = 6  # the fewest rounds that give the median a 95 % interval (report.median_ci)
     strategy_warmup: int = 5
