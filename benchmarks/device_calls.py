@@ -15,7 +15,6 @@ checkout has it, in a child process started with ``python -m benchmarks --device
 
 from __future__ import annotations
 
-import cProfile
 import inspect
 import sys
 import pstats
@@ -24,23 +23,7 @@ from typing import Any
 import torch
 
 from benchmarks.common import quiet_bench
-from benchmarks.models import OVERHEAD, BenchModule, StepTimer, Workload, make_loader
-
-
-class _Profiled(StepTimer):
-    """Profiles the measured steps (``warmup .. warmup+measure-1``)."""
-
-    def __init__(self, warmup: int, measure: int) -> None:
-        super().__init__(warmup, measure)
-        self.profile = cProfile.Profile()
-
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        if batch_idx == self.warmup:
-            self.profile.enable()
-
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if batch_idx == self.warmup + self.measure - 1:
-            self.profile.disable()
+from benchmarks.models import OVERHEAD, BenchModule, ProfiledSteps, Workload, make_loader
 
 
 def _device_functions(device_type: str) -> set[tuple[str, int, str]]:
@@ -69,7 +52,7 @@ def _profile(device_type: str, w: Workload, warmup: int, measure: int) -> dict[t
     from lightning_anyaccel import AnyAccelerator
 
     torch.manual_seed(0)
-    timer = _Profiled(warmup, measure)
+    timer = ProfiledSteps(warmup, measure)
     trainer = Trainer(
         accelerator=AnyAccelerator(device_type), strategy="any_single", devices=1, max_steps=warmup + measure,
         max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,

@@ -7,6 +7,8 @@ which does exactly the work of Lightning's automatic optimisation (forward, loss
 
 from __future__ import annotations
 
+import cProfile
+import pstats
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -147,6 +149,27 @@ class StepTimer(Callback):
             raise RuntimeError("StepTimer: the measured steps did not run (too few batches?)")
         return self.measure / self.cpu_elapsed
 
+
+
+class ProfiledSteps(StepTimer):
+    """Profiles the measured steps (``warmup .. warmup+measure-1``) with ``cProfile`` instead of timing them."""
+
+    def __init__(self, warmup: int, measure: int) -> None:
+        super().__init__(warmup, measure)
+        self.profile = cProfile.Profile()
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if batch_idx == self.warmup:
+            self.profile.enable()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if batch_idx == self.warmup + self.measure - 1:
+            self.profile.disable()
+
+    @property
+    def calls_per_step(self) -> float:
+        """Function calls (Python and C, as ``cProfile`` counts them) per measured step."""
+        return pstats.Stats(self.profile).total_calls / self.measure  # type: ignore[attr-defined]  # set by Stats.load_stats, not declared
 
 def plain_loop(w: Workload, device: torch.device, warmup: int, measure: int, seed: int = 0,
                profile: Any = None) -> tuple[float, float]:

@@ -20,31 +20,10 @@ from typing import Any
 import torch
 
 from benchmarks.common import interleave, plugin_ratios, quiet_bench, summarize
-from benchmarks.models import OVERHEAD, BenchModule, StepTimer, Workload, make_loader, plain_loop
+from benchmarks.models import OVERHEAD, BenchModule, ProfiledSteps, StepTimer, Workload, make_loader, plain_loop
 
 #: Goal for the median of per-round plugin/built-in ratios; reported, never asserted.
 GOAL = 0.99
-
-
-class _CallCounter(StepTimer):
-    """Counts function calls (Python and C, as ``cProfile`` sees them) over the measured steps."""
-
-    def __init__(self, warmup: int, measure: int) -> None:
-        super().__init__(warmup, measure)
-        self.profile = cProfile.Profile()
-
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        if batch_idx == self.warmup:
-            self.profile.enable()
-
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if batch_idx == self.warmup + self.measure - 1:
-            self.profile.disable()
-
-    @property
-    def calls_per_step(self) -> float:
-        """Function calls per measured step."""
-        return pstats.Stats(self.profile).total_calls / self.measure  # type: ignore[attr-defined]
 
 
 def _fit(accelerator: Any, strategy: Any, w: Workload, warmup: int, measure: int,
@@ -56,14 +35,14 @@ def _fit(accelerator: Any, strategy: Any, w: Workload, warmup: int, measure: int
     from lightning.pytorch import Trainer
 
     torch.manual_seed(seed)
-    timer = _CallCounter(warmup, measure) if count_calls else StepTimer(warmup, measure)
+    timer = ProfiledSteps(warmup, measure) if count_calls else StepTimer(warmup, measure)
     trainer = Trainer(
         accelerator=accelerator, strategy=strategy, devices=1, max_steps=warmup + measure, max_epochs=1,
         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0, callbacks=[timer],
     )
     trainer.fit(BenchModule(w), make_loader(w, warmup + measure, seed))
-    if isinstance(timer, _CallCounter):
+    if isinstance(timer, ProfiledSteps):
         numbers = (timer.calls_per_step, 0.0)
     else:
         numbers = (timer.steps_per_s, timer.cpu_steps_per_s)
