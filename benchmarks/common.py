@@ -55,19 +55,16 @@ def run_module(module: str, args: Sequence[str], *, timeout: float, env: dict[st
     Raises:
         BenchError: non-zero exit or timeout, with the tail of the output.
     """
-    proc = subprocess.Popen(
-        [sys.executable, "-m", module, *args], cwd=ROOT, env=env or bench_env(), text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    from lightning_anyaccel.local_runs import run_bounded  # imported when used: the report needs no torch
+
     try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        out, _ = proc.communicate()
-        raise BenchError(f"{module} {' '.join(args)} did not finish in {timeout:.0f}s:\n{out[-3000:]}") from None
+        proc = run_bounded([sys.executable, "-m", module, *args], timeout=timeout, cwd=ROOT, env=env or bench_env())
+    except subprocess.TimeoutExpired as late:
+        raise BenchError(f"{module} {' '.join(args)} did not finish in {timeout:.0f}s:\n{(late.output or '')[-3000:]}") \
+            from None
     if proc.returncode != 0:
-        raise BenchError(f"{module} {' '.join(args)} exited with {proc.returncode}:\n{out[-3000:]}")
-    return out
+        raise BenchError(f"{module} {' '.join(args)} exited with {proc.returncode}:\n{proc.stdout[-3000:]}")
+    return proc.stdout
 
 
 def run_ranks(module: str, args: Sequence[str], *, world_size: int, timeout: float,

@@ -163,19 +163,13 @@ def device_under_test() -> DeviceUnderTest:
 
 def run_python(args: list[str], *, timeout: float = 180, cwd: Path | None = None,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python <args>`` with a hard timeout; on timeout the whole process group is killed."""
-    full_env = {**os.environ, **(env or {})}
-    proc = subprocess.Popen(
-        [sys.executable, *args], cwd=cwd or ROOT, env=full_env, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    """Run ``python <args>`` with a hard timeout; on timeout the whole process group is killed (a test failure)."""
+    from lightning_anyaccel.local_runs import run_bounded  # not at import: the device under test is set up first
+
     try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        out, _ = proc.communicate()
-        raise AssertionError(f"python {' '.join(args)} did not finish in {timeout}s:\n{out[-4000:]}") from None
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+        return run_bounded([sys.executable, *args], timeout=timeout, cwd=cwd or ROOT, env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired as late:
+        raise AssertionError(f"python {' '.join(args)} did not finish in {timeout}s:\n{(late.output or '')[-4000:]}") from None
 
 
 @pytest.fixture

@@ -2,18 +2,21 @@ r"""Helpers for running Lightning jobs on this machine: a free port, a child's e
 
 The package's environment check (:mod:`lightning_anyaccel.verify`), the tests, the benchmarks and
 the tutorial notebooks all start processes on 127.0.0.1 and keep Lightning's per-fit info lines out
-of their output; they take these three functions from here rather than writing them again.
+of their output, and bound every child they wait for; they take these functions from here rather
+than writing them again.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import subprocess
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-__all__ = ["child_env", "free_port", "quiet_lightning"]
+__all__ = ["child_env", "free_port", "quiet_lightning", "run_bounded"]
 
 #: Lightning's loggers, both packages and both front ends.
 LIGHTNING_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning")
@@ -118,3 +121,42 @@ def _has_interface(name: str) -> bool:
         return name in psutil.net_if_addrs()
     except Exception:  # psutil missing or refused: no interface pinned
         return False
+
+
+def run_bounded(
+    cmd: Sequence[str],
+    *,
+    timeout: float,
+    cwd: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    r"""Run ``cmd`` in a session of its own, output and errors together; past ``timeout``, kill all of it.
+
+    The whole process group (a job's workers included, stopped ones too) gets ``SIGKILL`` when the
+    command runs past ``timeout`` seconds, so nothing it started is left behind.
+
+    Returns:
+        subprocess.CompletedProcess[str]: the return code, and everything printed in ``stdout``.
+
+    Raises:
+        subprocess.TimeoutExpired: past ``timeout``, once the group is killed; its ``output`` holds
+            what the command printed.
+
+    Example::
+
+        >>> import sys
+        >>> from lightning_anyaccel.local_runs import run_bounded
+        >>> run_bounded([sys.executable, "-c", "print('ready')"], timeout=60).stdout
+        'ready\n'
+    """
+    proc = subprocess.Popen(
+        list(cmd), cwd=cwd, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise subprocess.TimeoutExpired(proc.args, timeout, output=out) from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
