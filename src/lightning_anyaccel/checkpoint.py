@@ -4,7 +4,9 @@
 only CUDA, MPS and XLA when those are missing. :func:`portable_map_location` remaps any
 device type that is not available here to CPU, and the package's strategies use it when
 resuming (``trainer.fit(ckpt_path=...)``). :class:`AtomicCheckpointIO`, the strategies'
-default, writes checkpoints so that a job killed mid-save keeps its previous one.
+default, writes checkpoints so that a job killed mid-save keeps its previous one
+(:mod:`lightning_anyaccel.atomic_commit`); a broken or foreign checkpoint fails to load with
+:class:`CheckpointLoadError`, which says what the file is.
 
 Example:
     >>> import torch
@@ -15,31 +17,21 @@ Example:
 
 from __future__ import annotations
 
-import ctypes
 import os
 import pickle
-import shutil
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Union
+from typing import Any, BinaryIO
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from typing_extensions import override
 
-from lightning_anyaccel import runtime
+from lightning_anyaccel import atomic_commit, runtime
+from lightning_anyaccel.atomic_commit import CheckpointPath, TMP_SUFFIX
 from lightning_anyaccel.devices import is_host, known_device_types
 from lightning_anyaccel.troubleshooting import LinkedError
-
-_PATH = Union[str, Path]  # what Lightning's checkpoint IO accepts as a path (its own `_PATH`)
-
-if TYPE_CHECKING:  # each save mixin is mixed in before the strategies of one front end
-    from lightning.fabric.strategies import Strategy as _FabricStrategy
-    from lightning.pytorch.strategies import Strategy as _TrainerStrategy
-else:
-    _TrainerStrategy = _FabricStrategy = object
 
 
 def portable_map_location(storage: Any, location: str) -> Any:
@@ -56,8 +48,12 @@ def portable_map_location(storage: Any, location: str) -> Any:
     return storage.cpu()
 
 
-#: Suffix of the temporary file a checkpoint is written to before it replaces the target.
-TMP_SUFFIX = ".anyaccel-tmp"
+class CheckpointSaveError(LinkedError, OSError):
+    """A checkpoint could not be written; the previous one at the same path is still there."""
+
+
+class CheckpointLoadError(LinkedError, RuntimeError):
+    """A checkpoint cannot be loaded: truncated, corrupted, or written by another strategy or world size."""
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -72,7 +68,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """
 
     @override
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: CheckpointPath, storage_options: Any | None = None) -> None:
         if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, path, storage_options=storage_options)
             return
@@ -87,7 +83,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 file.flush()
                 os.fsync(file.fileno())
             if target.is_dir() and not target.is_symlink():  # a sharded checkpoint of the same name
-                commit(tmp, target)
+                atomic_commit.commit(tmp, target)
             else:
                 os.replace(tmp, target)
         except (OSError, RuntimeError) as exc:
@@ -100,13 +96,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             ) from exc
         finally:
             tmp.unlink(missing_ok=True)
-        _fsync_dir(target.parent)
+        atomic_commit.fsync_dir(target.parent)
 
     @override
-    def load_checkpoint(self, path: _PATH, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def load_checkpoint(self, path: CheckpointPath, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Lightning's load; a truncated, corrupted or foreign checkpoint raises :class:`CheckpointLoadError`."""
         if "://" not in str(path):
-            path = recover(path)
+            path = atomic_commit.recover(path)
             if Path(path).is_dir():
                 with load_errors(path, "a single-file checkpoint loader"):
                     raise IsADirectoryError("expected a file written by torch.save")
@@ -129,146 +125,6 @@ def _os_error(exc: BaseException | None) -> OSError | None:
     return None
 
 
-def _fsync(path: Path) -> None:
-    """Flush a file, or a directory's entries, to disk (best effort: some file systems refuse)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Persist a rename on file systems that need the directory synced (best effort)."""
-    _fsync(directory)
-
-
-# ----- checkpoints written by every rank (sharded directories) -----------------------------------
-
-#: Suffix of the sibling a sharded checkpoint is written into before it takes the target's place.
-DIR_TMP_SUFFIX = ".anyaccel-tmp"
-#: Suffix of the previous checkpoint while the new one takes its place (only where the file system
-#: cannot exchange two names atomically); :func:`recover` puts it back after a kill.
-OLD_SUFFIX = ".anyaccel-old"
-
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
-
-
-class CheckpointSaveError(LinkedError, OSError):
-    """A checkpoint could not be written; the previous one at the same path is still there."""
-
-
-class CheckpointLoadError(LinkedError, RuntimeError):
-    """A checkpoint cannot be loaded: truncated, corrupted, or written by another strategy or world size."""
-
-
-def _sibling(target: Path, suffix: str) -> Path:
-    return target.with_name(f".{target.name}{suffix}")
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.exists() or path.is_symlink():
-        path.unlink(missing_ok=True)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap the names ``a`` and ``b`` in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    return renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
-
-
-def _fsync_tree(root: Path) -> None:
-    """Flush every file and directory under ``root`` to disk (best effort)."""
-    if root.is_file():
-        paths = [root]
-    else:
-        paths = [p for p in root.rglob("*") if p.is_file()]
-    for path in paths:
-        _fsync(path)
-    for directory in {p.parent for p in paths} | {root.parent}:
-        _fsync_dir(directory)
-
-
-def commit(staged: Path, target: Path) -> None:
-    """Put the complete checkpoint ``staged`` (file or directory) at ``target``, atomically.
-
-    The previous checkpoint at ``target`` stays loadable at every moment: the two names are
-    exchanged in one step where the file system can (Linux, local file systems), else the old
-    one is first renamed to ``.<name>.anyaccel-old``, which :func:`recover` restores after a kill.
-    """
-    if not (target.exists() or target.is_symlink()):
-        os.rename(staged, target)
-    elif _exchange(staged, target):
-        _remove(staged)  # now the previous checkpoint
-    else:
-        old = _sibling(target, OLD_SUFFIX)
-        _remove(old)
-        os.rename(target, old)
-        os.rename(staged, target)
-        _remove(old)
-    _fsync_dir(target.parent)
-
-
-def recover(path: _PATH) -> Path:
-    """``path``; if a kill hit between the two renames of :func:`commit`, first put the previous checkpoint back."""
-    target = Path(path)
-    old = _sibling(target, OLD_SUFFIX)
-    if not target.exists() and old.exists():
-        os.rename(old, target)
-    return target
-
-
-def save_atomically(strategy: Any, path: _PATH, write: Callable[[Path], None]) -> None:
-    """Run a checkpoint save that every rank takes part in, so that it replaces ``path`` atomically.
-
-    ``write(staged)`` is the strategy's own save, pointed at a sibling ``.<name>.anyaccel-tmp``.
-    After every rank wrote its part, rank 0 flushes the files and :func:`commit`\\ s them over
-    ``path``. A kill at any moment leaves the previous checkpoint complete at ``path``; a write
-    error on any rank (a full disk) fails the save on every rank with :class:`CheckpointSaveError`
-    and keeps it too. Call it on every rank, like the save itself.
-    """
-    target = Path(strategy.broadcast(str(path)))
-    staged = _sibling(target, DIR_TMP_SUFFIX)
-    if strategy.is_global_zero:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _remove(staged)  # leftovers of a save that was killed
-    strategy.barrier()
-    error: BaseException | None = None
-    try:
-        write(staged)
-    except Exception as exc:  # every rank must learn of it, or the others wait in the next collective
-        error = exc
-    all_ok = strategy.reduce_boolean_decision(error is None, all=True)
-    if not all_ok:
-        if strategy.is_global_zero:
-            _remove(staged)
-        strategy.barrier()
-        where = f"rank {strategy.global_rank}: {type(error).__name__}: {error}" if error else "another rank failed"
-        raise CheckpointSaveError(
-            f"Could not write the checkpoint {target} ({where}). The previous checkpoint at that path, if any,"
-            " is unchanged. Free disk space or fix the path, then save again."
-        ) from error
-    if strategy.is_global_zero:
-        _fsync_tree(staged)
-        commit(staged, target)
-    strategy.barrier()
-
-
 def describe_checkpoint(path: Path) -> str:
     """What is at ``path``, for error messages: which format, written by which strategy family."""
     if not path.exists():
@@ -284,7 +140,7 @@ def describe_checkpoint(path: Path) -> str:
 
 
 @contextmanager
-def load_errors(path: _PATH, strategy: str) -> Iterator[None]:
+def load_errors(path: CheckpointPath, strategy: str) -> Iterator[None]:
     """Turn what a broken or foreign checkpoint raises deep in torch/pickle into one clear error.
 
     The message names the file, what it contains (:func:`describe_checkpoint`), the strategy
@@ -307,53 +163,5 @@ def load_errors(path: _PATH, strategy: str) -> Iterator[None]:
         ) from exc
 
 
-class AtomicSaveMixin(_TrainerStrategy):
-    """For the Trainer's sharded strategies (FSDP, FSDP2, DeepSpeed): atomic saves, clear load errors.
-
-    Mixed in first, before the package's strategy mixin: ``save_checkpoint`` runs the strategy's
-    own save through :func:`save_atomically`; ``load_checkpoint`` restores a checkpoint a kill left
-    renamed (:func:`recover`) and reports broken or foreign checkpoints with :func:`load_errors`.
-    """
-
-    @override
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH, storage_options: Any | None = None) -> None:
-        parent_save = super().save_checkpoint
-
-        def write(staged: Path) -> None:
-            parent_save(checkpoint, staged, storage_options)
-
-        save_atomically(self, filepath, write)
-
-    @override
-    def load_checkpoint(self, checkpoint_path: _PATH, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        path = _recover_on_rank_zero(self, checkpoint_path)
-        with load_errors(path, type(self).__name__):
-            return super().load_checkpoint(path, *args, **kwargs)
-
-
-class FabricAtomicSaveMixin(_FabricStrategy):
-    """:class:`AtomicSaveMixin` for Fabric's sharded strategies (Fabric's argument order)."""
-
-    @override
-    def save_checkpoint(self, path: _PATH, state: dict[str, Any], storage_options: Any | None = None,
-                        filter: dict[str, Callable[[str, Any], bool]] | None = None) -> None:
-        parent_save = super().save_checkpoint
-
-        def write(staged: Path) -> None:
-            parent_save(staged, state, storage_options=storage_options, filter=filter)
-
-        save_atomically(self, path, write)
-
-    @override
-    def load_checkpoint(self, path: _PATH, *args: Any, **kwargs: Any) -> Any:
-        path = _recover_on_rank_zero(self, path)
-        with load_errors(path, type(self).__name__):
-            return super().load_checkpoint(path, *args, **kwargs)
-
-
-def _recover_on_rank_zero(strategy: Any, path: _PATH) -> Path:
-    target = Path(strategy.broadcast(str(path)))
-    if strategy.is_global_zero:
-        recover(target)
-    strategy.barrier()
-    return target
+__all__ = ["AtomicCheckpointIO", "CheckpointLoadError", "CheckpointSaveError", "describe_checkpoint", "load_errors",
+           "portable_map_location"]

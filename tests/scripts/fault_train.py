@@ -28,7 +28,8 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 import lightning_anyaccel  # noqa: F401  (registers names)
-from lightning_anyaccel import checkpoint as anyaccel_checkpoint
+from lightning_anyaccel import atomic_commit
+from lightning_anyaccel.strategies import atomic_save
 from lightning_anyaccel.demo import DemoModel, demo_data, demo_loader
 from lightning_anyaccel.preemption import PreemptionCheckpoint
 
@@ -212,8 +213,8 @@ def hang_during_saves(args: argparse.Namespace, out: Path) -> None:
     os.fsync = count(os.fsync)  # torch's distributed checkpoint fsyncs every file it writes
     torch.save = count(torch.save)  # DeepSpeed and single-file checkpoints
 
-    original_save_atomically = anyaccel_checkpoint.save_atomically
-    original_commit = anyaccel_checkpoint.commit
+    original_save_atomically = atomic_save.save_atomically
+    original_commit = atomic_commit.commit
 
     def save_atomically(strategy: Any, path: Any, write: Any) -> None:
         step = getattr(getattr(strategy, "lightning_module", None), "global_step", None)
@@ -228,8 +229,8 @@ def hang_during_saves(args: argparse.Namespace, out: Path) -> None:
             hang("before commit")
         original_commit(staged, target)
 
-    anyaccel_checkpoint.save_atomically = save_atomically
-    anyaccel_checkpoint.commit = commit
+    atomic_save.save_atomically = save_atomically  # the sharded strategies' saves call it from there
+    atomic_commit.commit = commit  # every commit calls it as atomic_commit.commit
 
 
 def start_together(out: Path, wait_s: float = 600) -> None:

@@ -56,7 +56,7 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning, build_locks, rendezvous
-from lightning_anyaccel.checkpoint import AtomicSaveMixin, FabricAtomicSaveMixin
+from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
 from lightning_anyaccel.devices import DEVICE_TABLE
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.strategies.base import fabric_class

@@ -47,7 +47,7 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.checkpoint import AtomicSaveMixin, FabricAtomicSaveMixin
+from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.precision import align_precision_plugin
 from lightning_anyaccel.sharded_precision import AnyFSDPPrecision

@@ -33,7 +33,7 @@ from torch.nn import Module
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.checkpoint import AtomicSaveMixin, FabricAtomicSaveMixin
+from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.strategies.base import fabric_class
 from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
