@@ -8,7 +8,7 @@ import pytest
 
 from lightning_anyaccel import rendezvous
 from lightning_anyaccel.environments import AnyMPIEnvironment
-from lightning_anyaccel.launchers import LAUNCHERS, LaunchLayoutError, detect_launcher, read_layout
+from lightning_anyaccel.launch_layout import LAUNCHERS, LaunchLayoutError, detect_launcher, read_layout
 
 # What each launcher sets for rank 3 of 4, two per node (rank 3 = node 1, local rank 1).
 SAMPLES = {

@@ -564,11 +564,11 @@ def test_troubleshooting_names_every_error_of_the_package(site):
     import inspect
 
     import lightning_anyaccel
-    from lightning_anyaccel import checkpoint, launchers, precision, runtime
+    from lightning_anyaccel import checkpoint, launch_layout, precision, runtime
     from lightning_anyaccel import accelerator, distributed, policy
     from lightning_anyaccel.strategies import common, sharding
 
-    classes = {name for module in (lightning_anyaccel, accelerator, checkpoint, distributed, launchers, policy,
+    classes = {name for module in (lightning_anyaccel, accelerator, checkpoint, distributed, launch_layout, policy,
                                    precision, runtime, common, sharding)
                for name, value in vars(module).items()
                if inspect.isclass(value) and issubclass(value, Exception)

@@ -15,7 +15,7 @@ Example:
     >>> check_layout(num_nodes=2, num_processes=2, node_rank=2, local_rank=0)
     Traceback (most recent call last):
     ...
-    lightning_anyaccel.launchers.LaunchLayoutError: NODE_RANK=2 but the job has num_nodes=2 (node ranks 0..1). ...
+    lightning_anyaccel.launch_layout.LaunchLayoutError: NODE_RANK=2 but the job has num_nodes=2 (node ranks 0..1). ...
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 import psutil
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.launchers import LaunchLayoutError
+from lightning_anyaccel.launch_layout import LaunchLayoutError
 
 log = logging.getLogger(__name__)
 
