@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from lightning_anyaccel import rendezvous
+from lightning_anyaccel import gloo_interface, rendezvous
 from lightning_anyaccel.environments import AnyMPIEnvironment
 from lightning_anyaccel.launch_layout import LAUNCHERS, LaunchLayoutError, detect_launcher, read_layout
 
@@ -147,21 +147,21 @@ def test_strategy_writes_checkpoints_atomically_by_default() -> None:
 
 def test_loopback_main_address_leaves_gloo_alone() -> None:
     environ: dict[str, str] = {}
-    assert rendezvous.configure_socket_interface("127.0.0.1", environ) is None
+    assert gloo_interface.configure_socket_interface("127.0.0.1", environ) is None
     assert environ == {}
 
 
 def test_interface_is_derived_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
     # pretend the main address is remote; the real case runs in test_scaleout_launch (namespaces)
-    monkeypatch.setattr(rendezvous, "is_loopback", lambda address: False)
-    monkeypatch.setattr(rendezvous, "interface_towards", lambda address: "veth7")
+    monkeypatch.setattr(gloo_interface, "is_loopback", lambda address: False)
+    monkeypatch.setattr(gloo_interface, "interface_towards", lambda address: "veth7")
     environ: dict[str, str] = {}
-    assert rendezvous.configure_socket_interface("127.0.0.1", environ) == "veth7"
+    assert gloo_interface.configure_socket_interface("127.0.0.1", environ) == "veth7"
     assert environ == {"GLOO_SOCKET_IFNAME": "veth7"}
     environ = {"GLOO_SOCKET_IFNAME": "eth7"}
-    assert rendezvous.configure_socket_interface("127.0.0.1", environ) is None
+    assert gloo_interface.configure_socket_interface("127.0.0.1", environ) is None
     assert environ == {"GLOO_SOCKET_IFNAME": "eth7"}
 
 
 def test_interface_towards_loopback() -> None:
-    assert rendezvous.interface_towards("127.0.0.1") == "lo"
+    assert gloo_interface.interface_towards("127.0.0.1") == "lo"

@@ -21,8 +21,8 @@ INSTALLED = [front_end for front_end in _lightning.FRONT_ENDS if front_end.is_in
 
 #: Private names the package uses that are not Lightning's, or are the package's own but set dynamically.
 NOT_LIGHTNING = {
-    "_exit": "os._exit in rendezvous._die (ends a process whose main thread is stuck in C)",
-    "_Environ": "os._Environ, a type annotation in rendezvous.configure_socket_interface",
+    "_exit": "os._exit in supervision.end_process (ends a process whose main thread is stuck in C)",
+    "_Environ": "os._Environ, a type annotation in gloo_interface.configure_socket_interface",
     "_unbound": "the package's own class attribute, set by AnyAccelerator.bound",
     "_children": "multiprocessing.process._children in supervision._is_worker (the standard library's child list)",
 }

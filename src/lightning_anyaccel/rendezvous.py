@@ -3,12 +3,11 @@
 - :data:`DEFAULT_TIMEOUT` (10 min) replaces Lightning's 30 min for rendezvous and collectives.
 - :func:`check_layout` refuses a node rank, rank or world size that cannot form the job, before
   any process tries to connect.
-- :func:`configure_socket_interface` names the network interface gloo must use when the main
-  address is not loopback: gloo otherwise binds to the address the host name resolves to,
-  often ``127.0.0.1``, and the job hangs until a timeout.
 - :class:`Deadline` ends a process whose rendezvous is stuck in C code that ignores the timeout
   (a ``MASTER_PORT`` owned by a server that accepts and never answers).
-- :func:`watch_parent` ends a worker whose launching process died, so no orphan outlives the job.
+
+The network interface gloo binds to is named in :mod:`lightning_anyaccel.gloo_interface`; a worker
+whose launching process died ends itself (:func:`lightning_anyaccel.supervision.watch_parent`).
 
 Example:
     >>> check_layout(num_nodes=2, num_processes=2, node_rank=1, local_rank=1)
@@ -20,24 +19,14 @@ Example:
 
 from __future__ import annotations
 
-import ipaddress
-import logging
 import os
-import socket
-import sys
 import threading
-import time
 from collections.abc import Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
 
-import psutil
-
-from lightning_anyaccel import _lightning
+from lightning_anyaccel import supervision
 from lightning_anyaccel.launch_layout import LaunchLayoutError
-
-log = logging.getLogger(__name__)
 
 #: Default for ``AnyDDPStrategy(timeout=...)``: how long a rank waits for the others at the
 #: rendezvous and in any collective. Lightning's (and torch's gloo) default is 30 min; we use
@@ -52,13 +41,6 @@ TIMEOUT_ENV = "LIGHTNING_ANYACCEL_TIMEOUT"
 #: Extra seconds the rendezvous :class:`Deadline` grants after the timeout, so that torch's own
 #: error (which says e.g. how many clients joined) is raised first when torch can raise at all.
 RENDEZVOUS_GRACE_S = 5.0
-
-#: Exit status of a process ended by a :class:`Deadline` or :func:`watch_parent`.
-EXIT_CODE = 3
-
-#: The interface variable gloo reads. NCCL, HCCL and oneCCL pick a non-loopback interface by
-#: themselves; their variables are listed in the docs' troubleshooting section.
-GLOO_SOCKET_IFNAME = "GLOO_SOCKET_IFNAME"
 
 
 def default_timeout(environ: Mapping[str, str] = os.environ) -> timedelta:
@@ -115,68 +97,8 @@ def check_layout(
         raise LaunchLayoutError(f"RANK={global_rank} is outside the job's {expected} processes.")
 
 
-def is_loopback(address: str) -> bool:
-    """Whether ``address`` (an IP or host name) resolves to a loopback address.
-
-    >>> is_loopback("127.0.0.1"), is_loopback("localhost")
-    (True, True)
-    """
-    try:
-        return ipaddress.ip_address(socket.gethostbyname(address)).is_loopback
-    except (OSError, ValueError):
-        return False
-
-
-def interface_towards(address: str) -> str | None:
-    """The name of the local interface the kernel would use to reach ``address``.
-
-    A UDP ``connect`` only consults the routing table (no packet is sent); the local address
-    it picks is then looked up among the interfaces.
-    """
-    try:
-        target = socket.gethostbyname(address)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((target, 9))
-            local = probe.getsockname()[0]
-    except OSError:
-        return None
-    for name, addresses in psutil.net_if_addrs().items():
-        if any(item.family == socket.AF_INET and item.address == local for item in addresses):
-            return name
-    return None
-
-
-def configure_socket_interface(main_address: str, environ: dict[str, str] | os._Environ = os.environ) -> str | None:
-    """Set ``GLOO_SOCKET_IFNAME`` to the interface that reaches ``main_address``, unless set already.
-
-    Returns the interface chosen (``None`` when nothing was changed: variable already set,
-    loopback main address, or no interface found).
-    """
-    if environ.get(GLOO_SOCKET_IFNAME) or is_loopback(main_address):
-        return None
-    name = interface_towards(main_address)
-    if name is None:
-        log.warning(
-            "Could not find the interface that reaches MASTER_ADDR=%s; if the job hangs at the rendezvous,"
-            " set %s to it.", main_address, GLOO_SOCKET_IFNAME,
-        )
-        return None
-    environ[GLOO_SOCKET_IFNAME] = name
-    log.info("Using network interface %s (towards MASTER_ADDR=%s) for gloo.", name, main_address)
-    return name
-
-
-def _die(message: str) -> None:
-    """Print ``message`` and end the process now, from any thread (the main one may be stuck in C)."""
-    try:
-        sys.stderr.write(f"\n[lightning_anyaccel] {message}\n")
-        sys.stderr.flush()
-    finally:
-        os._exit(EXIT_CODE)
-
-
 class Deadline:
-    """Context manager: end the process with :data:`EXIT_CODE` if the block runs past ``seconds``.
+    """Context manager: end the process (:func:`~lightning_anyaccel.supervision.end_process`) if the block runs past ``seconds``.
 
     For blocking calls that may never return and cannot be interrupted from Python (a TCP
     handshake with a server that never answers). The message says what was being waited for.
@@ -190,7 +112,7 @@ class Deadline:
 
     def _watch(self) -> None:
         if not self._done.wait(self.seconds):
-            _die(f"{self.message} (gave up after {self.seconds:.0f} s)")
+            supervision.end_process(f"{self.message} (gave up after {self.seconds:.0f} s)")
 
     def __enter__(self) -> Deadline:
         self._thread.start()
@@ -200,48 +122,4 @@ class Deadline:
         self._done.set()
 
 
-def watch_parent(parent_pid: int, rank: int, period_s: float = 0.5) -> threading.Thread | None:
-    """End this process when ``parent_pid`` (the launching process) is no longer its parent.
-
-    Returns the watching thread, or ``None`` when ``parent_pid`` is not our parent (nothing to watch).
-    """
-    if os.getppid() != parent_pid:
-        return None
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(period_s)
-        _die(f"rank {rank}: the process that launched this one (pid {parent_pid}) died; exiting so no orphan is left.")
-
-    thread = threading.Thread(target=watch, name="anyaccel-parent-watch", daemon=True)
-    thread.start()
-    return thread
-
-
-def bound_deepspeed_groups(timeout: timedelta) -> bool:
-    """Make the process groups DeepSpeed creates itself time out after ``timeout`` too.
-
-    ``deepspeed.init_distributed(timeout=...)`` bounds only the default group. ZeRO then
-    all-reduces over groups it makes with ``torch.distributed.new_group(ranks)`` (a clone of
-    the world group, data-parallel groups), which get torch's default: 30 minutes on gloo.
-    A frozen rank then holds the job for half an hour whatever the strategy's ``timeout``.
-    Call after DeepSpeed's ``init_distributed``; returns whether DeepSpeed's backend was patched.
-    """
-    return _lightning.bound_deepspeed_new_group(timeout)
-
-
-__all__ = [
-    "DEFAULT_TIMEOUT",
-    "bound_deepspeed_groups",
-    "EXIT_CODE",
-    "GLOO_SOCKET_IFNAME",
-    "RENDEZVOUS_GRACE_S",
-    "TIMEOUT_ENV",
-    "Deadline",
-    "check_layout",
-    "configure_socket_interface",
-    "default_timeout",
-    "interface_towards",
-    "is_loopback",
-    "watch_parent",
-]
+__all__ = ["DEFAULT_TIMEOUT", "RENDEZVOUS_GRACE_S", "TIMEOUT_ENV", "Deadline", "check_layout", "default_timeout"]

@@ -17,7 +17,7 @@ until someone kills it by hand. Three mechanisms, all started by the strategies:
 - :func:`supervise_worker` runs in every worker. On Linux it asks the kernel to ``SIGKILL`` the
   worker when its launching process ends (``prctl(PR_SET_PDEATHSIG)``: delivered even to a
   stopped process); elsewhere a thread polls the parent
-  (:func:`~lightning_anyaccel.rendezvous.watch_parent`). At exit, a worker whose launching
+  (:func:`watch_parent`). At exit, a worker whose launching
   process is stopped kills it, so a frozen rank 0 does not keep a failed node alive.
 - Externally launched jobs (``torchrun``, ``srun``, ``mpiexec``) are ended by their launcher;
   ``docs/faults.md`` says what each does and within which bound.
@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
-from lightning_anyaccel import _lightning, rendezvous
+from lightning_anyaccel import _lightning
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,36 @@ _supervised_by: int | None = None
 _lock = threading.Lock()
 #: Set when this process is ending with an unhandled exception (see :func:`_note_error_exit`).
 _error_exit = False
+
+#: Exit status of a process ended by a :class:`~lightning_anyaccel.rendezvous.Deadline` or :func:`watch_parent`.
+EXIT_CODE = 3
+
+
+def end_process(message: str) -> None:
+    """Print ``message`` and end the process now, from any thread (the main one may be stuck in C)."""
+    try:
+        sys.stderr.write(f"\n[lightning_anyaccel] {message}\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(EXIT_CODE)
+
+
+def watch_parent(parent_pid: int, rank: int, period_s: float = 0.5) -> threading.Thread | None:
+    """End this process when ``parent_pid`` (the launching process) is no longer its parent.
+
+    Returns the watching thread, or ``None`` when ``parent_pid`` is not our parent (nothing to watch).
+    """
+    if os.getppid() != parent_pid:
+        return None
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(period_s)
+        end_process(f"rank {rank}: the process that launched this one (pid {parent_pid}) died; exiting so no orphan is left.")
+
+    thread = threading.Thread(target=watch, name="anyaccel-parent-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def _proc_state(pid: int) -> str | None:
@@ -244,9 +274,9 @@ def supervise_worker(rank: int) -> bool:
     _supervised_by = parent
     if _die_with_parent():
         if os.getppid() != parent:  # it died before the request took effect
-            rendezvous._die(f"rank {rank}: the process that launched this one (pid {parent}) died; exiting.")
+            end_process(f"rank {rank}: the process that launched this one (pid {parent}) died; exiting.")
     else:
-        rendezvous.watch_parent(parent, rank=rank)
+        watch_parent(parent, rank=rank)
 
     def kill_stopped_parent() -> None:
         if os.getppid() == parent and is_stopped(parent):
@@ -274,7 +304,10 @@ def report_failure(rank: Callable[[], int]) -> Iterator[None]:
 
 
 __all__ = [
+    "EXIT_CODE",
     "EXIT_GRACE_S",
+    "end_process",
+    "watch_parent",
     "FINISH_GRACE_S",
     "report_failure",
     "LAUNCHER_PID_ENV",

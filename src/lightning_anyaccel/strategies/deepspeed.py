@@ -44,6 +44,7 @@ import functools
 import importlib.util
 import inspect
 import os
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import torch
@@ -55,7 +56,7 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_anyaccel import _lightning, build_locks, rendezvous
+from lightning_anyaccel import _lightning, build_locks
 from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
 from lightning_anyaccel.devices import DEVICE_TABLE
 from lightning_anyaccel.front_ends import FabricSide
@@ -224,6 +225,17 @@ SETUP: Setup = (
 TRAINER_SETUP: Setup = (*SETUP, in_worker(check_inference_support))
 
 
+def bound_deepspeed_groups(timeout: timedelta) -> bool:
+    """Make the process groups DeepSpeed creates itself time out after ``timeout`` too.
+
+    ``deepspeed.init_distributed(timeout=...)`` bounds only the default group. ZeRO then
+    all-reduces over groups it makes with ``torch.distributed.new_group(ranks)`` (a clone of
+    the world group, data-parallel groups), which get torch's default: 30 minutes on gloo.
+    A frozen rank then holds the job for half an hour whatever the strategy's ``timeout``.
+    Call after DeepSpeed's ``init_distributed``; returns whether DeepSpeed's backend was patched.
+    """
+    return _lightning.bound_deepspeed_new_group(timeout)
+
 class AnyDeepSpeedMixin(AnyShardedMixin):
     """DeepSpeed on the device types DeepSpeed's accelerator layer knows, for the Trainer and for Fabric.
 
@@ -281,7 +293,7 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         self.side.set_world_ranks(self)
         build_locks.wait_for_build_locks()  # DeepSpeed may compile an op here; torch would wait on a stale lock forever
         _lightning.init_deepspeed_distributed(self)
-        rendezvous.bound_deepspeed_groups(_lightning.timeout_of(self))  # DeepSpeed's own groups honour the timeout too
+        bound_deepspeed_groups(_lightning.timeout_of(self))  # DeepSpeed's own groups honour the timeout too
 
     @property
     def device_rank(self) -> int:

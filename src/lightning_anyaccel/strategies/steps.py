@@ -29,7 +29,7 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
-from lightning_anyaccel import _lightning, rendezvous, supervision
+from lightning_anyaccel import _lightning, gloo_interface, rendezvous, supervision
 from lightning_anyaccel.accelerator import DeviceTypeError
 from lightning_anyaccel.distributed import check_fork_safe
 from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
@@ -162,8 +162,8 @@ def check_layout(strategy: Any) -> None:
 
 
 def name_socket_interface(strategy: Any) -> None:
-    """Name gloo's network interface towards the main address (:func:`~.rendezvous.configure_socket_interface`)."""
-    rendezvous.configure_socket_interface(strategy.cluster_environment.main_address)
+    """Name gloo's network interface towards the main address (:func:`~lightning_anyaccel.gloo_interface.configure_socket_interface`)."""
+    gloo_interface.configure_socket_interface(strategy.cluster_environment.main_address)
 
 
 def rendezvous_deadline(strategy: Any) -> rendezvous.Deadline:
