@@ -1,4 +1,4 @@
-"""The contract with Lightning's internals (``src/lightning_anyaccel/_lightning.py``), checked on what is installed.
+"""The contract with Lightning's internals (``src/lightning_anyaccel/_lightning/``), checked on what is installed.
 
 Fast (no process, no training): every private Lightning name and attribute the package uses
 exists, with the parameters the package passes, in ``lightning`` and in ``pytorch_lightning`` /
@@ -91,7 +91,7 @@ def _private_uses() -> tuple[dict[str, list[str]], set[str], list[str]]:
                 defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
             elif isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
                 defined.add(node.target.id)
-            elif isinstance(node, ast.ImportFrom) and path.name != "_lightning.py" and (node.module or "").split(".")[0] in (
+            elif isinstance(node, ast.ImportFrom) and path.parent.name != "_lightning" and (node.module or "").split(".")[0] in (
                 "lightning", "pytorch_lightning", "lightning_fabric"
             ):
                 imports += [f"{path.name}: from {node.module} import {a.name}" for a in node.names if a.name.startswith("_")]

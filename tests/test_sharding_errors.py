@@ -26,7 +26,7 @@ from lightning_anyaccel import (
     DeepSpeedNotInstalledError,
     ShardingNotSupportedError,
 )
-from lightning_anyaccel import _lightning as anyaccel_lightning
+from lightning_anyaccel._lightning import accessors as lightning_accessors
 from lightning_anyaccel import fabric as anyaccel_fabric
 from lightning_anyaccel.strategies.sharding import AnyDeepSpeedMixin, AnyFSDPMixin, AnyModelParallelMixin
 
@@ -131,7 +131,7 @@ def test_fabric_fsdp_full_state_helper_follows_the_table() -> None:
     module = torch.nn.Linear(2, 2)
     with patch.object(lightning_fsdp, "_get_full_state_dict_context", lightning_helper), \
             patch.object(lightning_model_parallel, "_get_full_state_dict_context", lightning_helper), \
-            patch.object(anyaccel_lightning, "_FULL_STATE_DICT_DISPATCHING", set()), \
+            patch.object(lightning_accessors, "_FULL_STATE_DICT_DISPATCHING", set()), \
             patch.object(strategy, "_full_state_dict_context", ours):
         with strategy._lightning_full_state_dict():
             lightning_fsdp._get_full_state_dict_context(module, 2, rank0_only=False)

@@ -1,0 +1,190 @@
+"""The hooks the package installs in Lightning's accelerator connectors (Trainer and Fabric) and in
+the Trainer's device report: they ask :mod:`lightning_anyaccel.policy` which strategy the
+package's accelerator gets, and let it report the device a Trainer uses.
+
+Part of the contract (:mod:`lightning_anyaccel._lightning`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lightning_anyaccel._lightning.porting import FrontEnd
+from lightning_anyaccel._lightning.names import _FABRIC_CONNECTOR, _TRAINER_CONNECTOR
+
+# ----- the accelerator connectors -----------------------------------------------------------------
+
+#: The accelerator connectors of the Trainer and of Fabric (names as in ``lightning``).
+TRAINER_CONNECTOR = _TRAINER_CONNECTOR
+FABRIC_CONNECTOR = _FABRIC_CONNECTOR
+
+
+@dataclass
+class ConnectorView:
+    """What the policy reads and changes on a Lightning connector (Trainer's or Fabric's)."""
+
+    connector: Any
+
+    @property
+    def accelerator(self) -> Any:
+        return getattr(self.connector, "accelerator", None)
+
+    @property
+    def strategy_flag(self) -> Any:
+        return self.connector._strategy_flag
+
+    @strategy_flag.setter
+    def strategy_flag(self, value: Any) -> None:
+        self.connector._strategy_flag = value
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.connector._parallel_devices or [])
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.connector._num_nodes_flag)
+
+    @property
+    def strategy(self) -> Any:
+        return self.connector.strategy
+
+    @property
+    def precision(self) -> Any:
+        """The precision plugin the connector made (Trainer: ``precision_plugin``; Fabric: ``precision``)."""
+        return getattr(self.connector, self._precision_attr)
+
+    @precision.setter
+    def precision(self, plugin: Any) -> None:
+        setattr(self.connector, self._precision_attr, plugin)
+
+    @property
+    def _precision_attr(self) -> str:
+        return "precision_plugin" if hasattr(self.connector, "precision_plugin") else "precision"
+
+
+_HOOK_MARK = "__lightning_anyaccel_hooks__"
+
+
+@dataclass(frozen=True)
+class ConnectorPolicy:
+    """The package's decisions, as :func:`install_connector_hooks` asks for them."""
+
+    #: Whether an accelerator is the package's (only then does the policy decide anything).
+    owns: Callable[[Any], bool]
+    #: ``strategy="auto"``: the strategy to use.
+    choose: Callable[[ConnectorView], Any]
+    #: May replace a Lightning strategy name by the package's equivalent.
+    translate: Callable[[ConnectorView], None]
+    #: Refuses or repairs the strategy before Lightning configures its launcher.
+    check: Callable[[ConnectorView], None]
+    #: Refuses arguments built for another front end (``(front_end, arguments)``), for every accelerator.
+    check_arguments: Callable[[FrontEnd, tuple[Any, ...]], None]
+    #: Reports the device a Trainer with the package's accelerator uses (instead of Lightning's report).
+    log_device_info: Callable[[Any], None]
+    #: After Lightning's report for its own accelerators: names a present device only the package serves.
+    log_unused_devices: Callable[[Any], None] = lambda trainer: None
+
+
+def install_connector_hooks(front_end: FrontEnd, connector: str, policy: ConnectorPolicy) -> None:
+    """Let ``policy`` choose and check strategies for the package's accelerator (idempotent).
+
+    Lightning's connectors pick ``SingleDeviceStrategy("cpu")`` or ``"ddp"`` for any accelerator
+    that is not CUDA/MPS and have no hook for a third-party accelerator to change that. For a
+    connector whose accelerator ``policy.owns``, this wraps three connector methods, in the order
+    Lightning calls them:
+
+    - ``_choose_strategy`` (only for ``strategy="auto"``): ``policy.choose`` returns the strategy;
+    - ``_check_strategy_and_fallback``: ``policy.translate`` may replace a Lightning strategy name
+      by the package's equivalent (before Lightning's CUDA-only refusals run);
+    - ``_lazy_init_strategy``: ``policy.check`` refuses or repairs the strategy before Lightning
+      configures its launcher.
+
+    Connectors of every other accelerator run Lightning's code unchanged. A fourth wrap,
+    ``_check_config_and_set_final_flags``, passes the user's arguments to
+    ``policy.check_arguments`` first, so objects of the package built for the other front end
+    fail with a message instead of Lightning's "invalid accelerator name".
+    """
+    module_name, _, class_name = connector.rpartition(".")
+    connector_class = getattr(front_end.module(module_name), class_name)
+    if connector_class.__dict__.get(_HOOK_MARK, False):
+        return
+
+    def choose(original: Callable[[], Any], view: ConnectorView) -> Any:
+        return policy.choose(view)
+
+    def translate(original: Callable[[], Any], view: ConnectorView) -> Any:
+        policy.translate(view)
+        return original()
+
+    def check(original: Callable[[], Any], view: ConnectorView) -> Any:
+        policy.check(view)
+        return original()
+
+    _wrap(connector_class, "_choose_strategy", policy.owns, choose)
+    _wrap(connector_class, "_check_strategy_and_fallback", policy.owns, translate)
+    _wrap(connector_class, "_lazy_init_strategy", policy.owns, check)
+
+    original_flags = connector_class._check_config_and_set_final_flags
+
+    @functools.wraps(original_flags)
+    def check_flags(self: Any, *args: Any, **kwargs: Any) -> Any:
+        policy.check_arguments(front_end, (*args, *kwargs.values()))
+        return original_flags(self, *args, **kwargs)
+
+    connector_class._check_config_and_set_final_flags = check_flags
+    setattr(connector_class, _HOOK_MARK, True)
+
+
+_DEVICE_INFO = ("lightning.pytorch.trainer.setup", "_log_device_info")
+
+
+def install_device_info_hook(front_end: FrontEnd, policy: ConnectorPolicy) -> None:
+    """Let ``policy.log_device_info`` report the device of a Trainer with the package's accelerator (idempotent).
+
+    ``Trainer.__init__`` calls ``setup._log_device_info(trainer)``, which only knows CUDA, MPS and TPU:
+    for ``AnyAccelerator`` on a GPU it logs "used: False" and warns "GPU available but not used",
+    and for every other device type it says nothing. Trainers of every other accelerator keep
+    Lightning's report.
+    """
+    module = front_end.module(_DEVICE_INFO[0])
+    original = getattr(module, _DEVICE_INFO[1])
+    if getattr(original, _HOOK_MARK, False):
+        return
+
+    @functools.wraps(original)
+    def log_device_info(trainer: Any) -> None:
+        if policy.owns(getattr(trainer, "accelerator", None)):
+            policy.log_device_info(trainer)
+        else:
+            original(trainer)
+            policy.log_unused_devices(trainer)
+
+    setattr(log_device_info, _HOOK_MARK, True)
+    setattr(module, _DEVICE_INFO[1], log_device_info)
+
+
+def _wrap(
+    cls: type,
+    method: str,
+    owns: Callable[[Any], bool],
+    replacement: Callable[[Callable[[], Any], ConnectorView], Any],
+) -> None:
+    original = getattr(cls, method)
+    if not inspect.isfunction(original):
+        raise TypeError(f"{cls.__qualname__}.{method} is not a plain method any more; lightning_anyaccel can not hook it.")
+
+    @functools.wraps(original)
+    def hooked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not owns(getattr(self, "accelerator", None)):
+            return original(self, *args, **kwargs)
+        return replacement(lambda: original(self, *args, **kwargs), ConnectorView(self))
+
+    setattr(cls, method, hooked)
+
+
+__all__ = ["ConnectorPolicy", "ConnectorView", "FABRIC_CONNECTOR", "TRAINER_CONNECTOR", "install_connector_hooks", "install_device_info_hook"]
