@@ -10,6 +10,10 @@ checkpoints), ``fsdp2_full``, ``deepspeed_1``, ``deepspeed_2``, ``deepspeed_3``,
 elements it holds, and its peak live memory (sampled at every step boundary) above what it held
 just before the model was built. On CPU that is host memory in use (glibc ``mallinfo2``), not RSS:
 the allocator keeps freed pages, so RSS shows FSDP's unsharded start-up copy forever.
+
+``--ckpt-dir DIR --resume-steps N`` then resumes, in the same processes, as a restarted job would:
+a new model and a new Trainer continue from ``DIR/last.ckpt`` up to ``N`` steps and write
+``<out>/resumed/rank<N>.json`` (one job instead of two process launches: the tests run many).
 """
 
 from __future__ import annotations
@@ -217,27 +221,40 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--ckpt-dir", default=None)
     parser.add_argument("--resume", default=None)
+    parser.add_argument("--resume-steps", type=int, default=None,
+                        help="then continue from <ckpt-dir>/last.ckpt to this many steps in the same processes")
     args = parser.parse_args(argv)
-    L.seed_everything(1234, verbose=False)
+    if args.resume_steps is not None and not args.ckpt_dir:
+        parser.error("--resume-steps resumes from the checkpoint of --ckpt-dir: give --ckpt-dir too")
     torch.set_num_threads(1)
+    fit(args, args.out, args.max_steps, resume=args.resume, ckpt_dir=args.ckpt_dir)
+    if args.resume_steps is not None:
+        resumed = Path(args.out, "resumed")
+        resumed.mkdir(parents=True, exist_ok=True)
+        fit(args, str(resumed), args.resume_steps, resume=str(Path(args.ckpt_dir, "last.ckpt")), ckpt_dir=None)
+
+
+def fit(args: argparse.Namespace, out: str, max_steps: int, resume: str | None, ckpt_dir: str | None) -> None:
+    """One fit of a freshly built model and Trainer (a restarted job builds both anew as well)."""
+    L.seed_everything(1234, verbose=False)
     before = live_host_bytes()
     model = WideMLP(args.width, args.depth)
-    callbacks: list[Callback] = [Report(args.out, before)]
-    if args.ckpt_dir:
-        callbacks.append(ModelCheckpoint(dirpath=args.ckpt_dir, save_last=True, save_top_k=0, every_n_epochs=1))
+    callbacks: list[Callback] = [Report(out, before)]
+    if ckpt_dir:
+        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0, every_n_epochs=1))
     trainer = L.Trainer(
         accelerator=AnyAccelerator(args.device_type),
         strategy=build_strategy(args.strategy),
         devices=args.devices,
         precision=args.precision,
-        max_steps=args.max_steps,
+        max_steps=max_steps,
         logger=False,
-        enable_checkpointing=bool(args.ckpt_dir),
+        enable_checkpointing=len(callbacks) > 1,
         enable_progress_bar=False,
         enable_model_summary=False,
         callbacks=callbacks,
     )
-    trainer.fit(model, wide_loader(args.width, ranks=args.devices), ckpt_path=args.resume)
+    trainer.fit(model, wide_loader(args.width, ranks=args.devices), ckpt_path=resume)
 
 
 if __name__ == "__main__":

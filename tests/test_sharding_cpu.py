@@ -4,7 +4,9 @@ Each strategy trains the same wide MLP on the same data as DDP (``examples/shard
 the per-rank losses must match DDP's, each rank must hold only part of the parameters (FSDP,
 FSDP2, ZeRO-3) or of the optimizer state (ZeRO-1/2) and measure less live memory than a DDP
 rank, and a checkpoint written after the first epoch must resume exactly like DDP resumes
-(weights *and* optimizer state restored).
+(weights *and* optimizer state restored). Each strategy trains and resumes in one 2-process job
+(``--resume-steps``: a new model and Trainer in the same processes), so a format costs one launch of
+two interpreters, not two.
 
 Fabric (``tests/scripts/fabric_shard.py``): one 2-process run covers DDP as the reference, FSDP
 with full and sharded checkpoints, FSDP2 with distributed and full checkpoints and, when
@@ -40,15 +42,26 @@ needs_deepspeed = pytest.mark.skipif(
 )
 
 
+def _ranks(out: Path) -> list[dict]:
+    ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    return ranks
+
+
 def _train(out: Path, strategy: str, *extra: str) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     proc = run_python([RUN, "--strategy", strategy, *MODEL, "--out", str(out), *extra], timeout=TIMEOUT, env=ENV)
     if proc.returncode != 0:  # DeepSpeed floods the log with deprecation warnings: show the rest
         lines = [line for line in proc.stdout.splitlines() if "Warning" not in line and "return func(" not in line]
         pytest.fail(f"{strategy} exited with {proc.returncode}:\n" + "\n".join(lines[-80:]))
-    ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
-    assert [r["rank"] for r in ranks] == [0, 1]
-    return ranks
+    return _ranks(out)
+
+
+def _train_and_resume(out: Path, strategy: str, ckpt: Path) -> tuple[list[dict], list[dict]]:
+    """One 2-process job: 3 steps (one epoch) checkpointed to ``ckpt``, then, in the same processes, a new
+    model and Trainer resumed from ``ckpt/last.ckpt`` to 6 steps (``--resume-steps``)."""
+    first = _train(out, strategy, "--max-steps", "3", "--ckpt-dir", str(ckpt), "--resume-steps", "6")
+    return first, _ranks(out / "resumed")
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +72,7 @@ def ddp(tmp_path_factory) -> list[dict]:
     restarts the data at an epoch-end checkpoint differently than it continues a running fit.
     """
     root = tmp_path_factory.mktemp("ddp")
-    first = _train(root / "first", "ddp", "--max-steps", "3", "--ckpt-dir", str(root / "ckpt"))
-    second = _train(root / "second", "ddp", "--max-steps", "6", "--resume", str(root / "ckpt" / "last.ckpt"))
+    first, second = _train_and_resume(root / "run", "ddp", root / "ckpt")
     for a, b in zip(first, second):
         a["resumed_losses"] = b["losses"]
     return first
@@ -85,7 +97,7 @@ FORMATS = [
 @pytest.mark.parametrize("strategy, folder, params_sharded", FORMATS)
 def test_sharded_training_matches_ddp_and_resumes(tmp_path, ddp, strategy, folder, params_sharded):
     ckpt = tmp_path / "ckpt"
-    first = _train(tmp_path / "first", strategy, "--max-steps", "3", "--ckpt-dir", str(ckpt))
+    first, second = _train_and_resume(tmp_path / "run", strategy, ckpt)
     total = first[0]["total_numel"]
     assert ddp[0]["param_numel"] == total  # DDP: every rank holds everything
     held = [r["param_numel"] for r in first]
@@ -100,7 +112,6 @@ def test_sharded_training_matches_ddp_and_resumes(tmp_path, ddp, strategy, folde
 
     last = ckpt / "last.ckpt"
     assert last.is_dir() is folder
-    second = _train(tmp_path / "second", strategy, "--max-steps", "6", "--resume", str(last))
     assert [r["global_step"] for r in second] == [6, 6]
     _assert_losses(second, ddp, "resumed_losses")  # as DDP resumed: weights and optimizer state restored
 
