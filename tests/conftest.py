@@ -26,10 +26,17 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 TESTS = Path(__file__).resolve().parent
 AUTOLOAD = TESTS / "emulator" / "autoload"
+#: Test processes skip torchmetrics' eager imports of scipy, transformers and matplotlib (lean_imports.py).
+LEAN_IMPORTS = TESTS / "lean_imports"
 
 # Child processes (popen DDP re-runs the script, spawn, helper scripts) must import this
 # checkout's package, not an installed copy from another tree.
-os.environ["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])
+os.environ["PYTHONPATH"] = os.pathsep.join([str(SRC), str(LEAN_IMPORTS),
+                                            *filter(None, [os.environ.get("PYTHONPATH")])])
+sys.path.insert(0, str(LEAN_IMPORTS))
+import lean_imports  # noqa: E402
+
+lean_imports.install()
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 #: ``DS_ACCELERATOR`` as the session found it (``_no_deepspeed_accelerator_left_behind`` restores it).
 SESSION_DS_ACCELERATOR = os.environ.get("DS_ACCELERATOR")

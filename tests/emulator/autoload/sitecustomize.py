@@ -15,3 +15,10 @@ if os.environ.get("LIGHTNING_ANYACCEL_EMULATE", "").strip():
     import emulator
 
     emulator.autoload_from_env()
+
+try:  # the tests' import trimming (tests/lean_imports), when its folder is on PYTHONPATH too
+    import lean_imports
+except ImportError:
+    pass
+else:
+    lean_imports.install()
