@@ -18,7 +18,7 @@ from lightning.fabric.strategies import fsdp as lightning_fsdp
 from lightning.fabric.strategies import model_parallel as lightning_model_parallel
 
 import lightning_anyaccel  # noqa: F401  (registers names)
-from front_ends import FRONT_ENDS, FrontEnd
+from front_ends import EVERY_FRONT_END, FrontEnd
 from lightning_anyaccel import (
     AnyAccelerator,
     AnyDeepSpeedStrategy,
@@ -35,17 +35,18 @@ needs_deepspeed = pytest.mark.skipif(
     not HAS_DEEPSPEED, reason="deepspeed is not installed (pip install lightning-anyaccel[deepspeed])",
 )
 #: The FSDP precision plugin of each front end.
-FSDP_PRECISION = {"trainer": AnyFSDPPrecision, "fabric": anyaccel_fabric.AnyFabricFSDPPrecision}
+#: The name of the FSDP precision class in each front end's package.
+FSDP_PRECISION = {"trainer": "AnyFSDPPrecision", "fabric": "AnyFabricFSDPPrecision"}
 
 
 def _build(front_end: FrontEnd, strategy, **flags):
     """The front end on 2 CPU processes (nothing is started)."""
-    return front_end.build(accelerator=AnyAccelerator("cpu"), strategy=strategy, devices=2, **flags)
+    return front_end.build(accelerator=front_end.package.AnyAccelerator("cpu"), strategy=strategy, devices=2, **flags)
 
 
 # ----- devices and names ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize("family, kwargs", [
     pytest.param("AnyFSDPStrategy", {}, id="AnyFSDPStrategy"),
     pytest.param("AnyModelParallelStrategy", {}, id="AnyModelParallelStrategy"),
@@ -92,7 +93,7 @@ def test_fabric_sharded_names_share_the_trainer_logic(name, family) -> None:
 
 # ----- FSDP's full state dict on CPU -------------------------------------------------------------------
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_fsdp_full_state_offload_on_cpu_is_refused(front_end: FrontEnd):
     strategy = front_end.package.AnyFSDPStrategy(state_dict_type="full", state_dict_offload=True)
     with pytest.raises(ShardingNotSupportedError, match=r"AnyFSDPStrategy\(state_dict_offload=True, state_dict_type="
@@ -102,7 +103,7 @@ def test_fsdp_full_state_offload_on_cpu_is_refused(front_end: FrontEnd):
     raised.match(r"state_dict_offload=True.*CPU.*crashes.*21804.*sharded")
 
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_fsdp_full_state_offload_follows_the_table(front_end: FrontEnd):
     assert _build(front_end, "any_fsdp").strategy.state_dict_offload is False
     full = front_end.package.AnyFSDPStrategy(state_dict_type="full")
@@ -145,12 +146,12 @@ def test_fabric_fsdp_full_state_helper_follows_the_table() -> None:
 
 # ----- precision on the device type ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize("precision, dtype", [("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16)])
 def test_fsdp_precision_autocasts_on_the_strategy_device(front_end: FrontEnd, precision, dtype):
     built = _build(front_end, "any_fsdp", precision=precision)
     plugin = front_end.strategy_precision(built)
-    assert type(plugin) is FSDP_PRECISION[front_end.name]
+    assert type(plugin) is getattr(front_end.package, FSDP_PRECISION[front_end.side])
     assert plugin.device == "cpu"
     # rebuilt before the front end took it (Fabric caches it: fabric.autocast() uses the cache)
     assert front_end.precision(built) is plugin
@@ -163,7 +164,7 @@ def test_fsdp_precision_autocasts_on_the_strategy_device(front_end: FrontEnd, pr
         assert plugin.scaler is None
 
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_fsdp2_precision_is_aligned_to_the_device(front_end: FrontEnd):
     built = _build(front_end, "any_fsdp2", precision="bf16-mixed")
     plugin = front_end.strategy_precision(built)
@@ -212,7 +213,7 @@ def test_deepspeed_on_a_device_it_does_not_know():
 
 
 @needs_deepspeed
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_deepspeed_accelerator_conflict(monkeypatch, front_end: FrontEnd):
     monkeypatch.setenv("DS_ACCELERATOR", "cuda")
     with pytest.raises(ShardingNotSupportedError, match=r"DS_ACCELERATOR='cuda' is set, but the strategy trains on"
@@ -221,7 +222,7 @@ def test_deepspeed_accelerator_conflict(monkeypatch, front_end: FrontEnd):
 
 
 @needs_deepspeed
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize("name", ["any_deepspeed", "any_deepspeed_stage_2"])
 def test_deepspeed_device_rank_on_cpu_is_the_local_rank(front_end: FrontEnd, name):
     strategy = _build(front_end, name).strategy

@@ -29,7 +29,7 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 
 import lightning_anyaccel  # noqa: F401  (registers names)
 from fakes import FakeDeviceModule, install_fake_device
-from front_ends import FRONT_ENDS, FrontEnd
+from front_ends import EVERY_FRONT_END, FrontEnd
 from lightning_anyaccel import (
     AnyAccelerator,
     DeviceCountError,
@@ -96,24 +96,24 @@ def test_device_lists_that_select_nothing_or_twice(monkeypatch):
         accelerator_class("xpu").parse_devices(0)
 
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_more_devices_than_exist(fake_device, front_end: FrontEnd):
     fake_device("xpu", backend="xccl")
     with pytest.raises(DeviceCountError, match=r"devices=4 asks for Intel GPU \(XPU\) device\(s\) \[2, 3\], but this"
                                                r" machine has 2 \(xpu:0..1\)"):
-        front_end.build(accelerator=AnyAccelerator("xpu"), strategy="any_ddp", devices=4)
+        front_end.build(accelerator=front_end.package.AnyAccelerator("xpu"), strategy="any_ddp", devices=4)
 
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize("device_type", IN_PROCESS)
 def test_single_device_strategy_takes_selected_device(fake_device, front_end: FrontEnd, device_type):
     fake_device(device_type, count=2 if device_type != "mps" else 1)
     if get_spec(device_type).process_device_env:  # Gaudi: a card is chosen by HABANA_VISIBLE_MODULES, not an index
         with pytest.raises(DeviceCountError, match="HABANA_VISIBLE_MODULES=1 and pass devices=1"):
-            front_end.build(accelerator=AnyAccelerator(device_type), strategy="any_single", devices=[1])
+            front_end.build(accelerator=front_end.package.AnyAccelerator(device_type), strategy="any_single", devices=[1])
         return
     devices = [1] if device_type != "mps" else 1
-    built = front_end.build(accelerator=AnyAccelerator(device_type), strategy="any_single", devices=devices)
+    built = front_end.build(accelerator=front_end.package.AnyAccelerator(device_type), strategy="any_single", devices=devices)
     assert type(built.strategy) is front_end.package.AnySingleDeviceStrategy
     expected = torch.device(device_type, 1 if device_type != "mps" else 0)
     assert built.strategy.root_device == expected
@@ -156,12 +156,12 @@ def test_backend_follows_device_table(monkeypatch, device_type):
             resolve_backend(torch.device(device_type, 0), explicit="gloo")
 
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize("device_type", ["xpu", "hpu", "cuda"])
 def test_ddp_uses_device_backend_and_precision(fake_device, front_end: FrontEnd, device_type):
     backend = EXPECTED_BACKEND[device_type]
     fake_device(device_type, backend=backend)
-    built = front_end.build(accelerator=AnyAccelerator(device_type), strategy="any_ddp", devices=2,
+    built = front_end.build(accelerator=front_end.package.AnyAccelerator(device_type), strategy="any_ddp", devices=2,
                             precision="bf16-mixed")
     strategy = built.strategy
     assert isinstance(strategy, front_end.package.AnyDDPStrategy)
@@ -174,7 +174,7 @@ def test_ddp_uses_device_backend_and_precision(fake_device, front_end: FrontEnd,
     assert plugin.device == device_type  # Lightning alone would say "cuda"/"cpu"
 
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_hpu_never_gets_the_fake_backend(fake_device, front_end: FrontEnd):
     # Lightning's import registers hpu -> 'fake' in torch's default map; we must not use it.
     assert dist.Backend.default_device_backend_map.get("hpu") == "fake"
@@ -189,12 +189,12 @@ def test_hpu_never_gets_the_fake_backend(fake_device, front_end: FrontEnd):
                         devices=2)
 
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_unregistered_backend_names_the_fix(fake_device, front_end: FrontEnd):
     fake_device("xpu")  # this CPU build has no xccl
     with pytest.raises(BackendError, match=r"The collective backend 'xccl' for Intel GPU \(XPU\) \('xpu'\) is not"
                                            r" registered .* pass a registered one with") as raised:
-        front_end.build(accelerator=AnyAccelerator("xpu"), strategy="any_ddp", devices=2)
+        front_end.build(accelerator=front_end.package.AnyAccelerator("xpu"), strategy="any_ddp", devices=2)
     raised.match(r"'xccl' for Intel GPU \(XPU\).*not registered.*process_group_backend=")
 
 
@@ -215,7 +215,7 @@ def test_mixed_precision_is_rebuilt_for_the_device(monkeypatch, device_type):
     assert plugin.precision == "bf16-mixed"
 
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_precision_plugin_for_cuda_is_rebuilt(fake_device, front_end: FrontEnd) -> None:
     fake_device("xpu", backend="xccl")
     built = front_end.build(accelerator="xpu", strategy="any_ddp", devices=2,
@@ -245,11 +245,11 @@ def test_unsupported_precision_fails_fast(fake_device, monkeypatch) -> None:
         Fabric(accelerator="xpu", strategy="any_single", devices=1, precision="16-mixed")
 
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize("device_type", ["cuda", "xpu"])
 def test_device_without_bf16_fails_before_training(fake_device, front_end: FrontEnd, device_type) -> None:
     fake = fake_device(device_type, count=1, bf16=False, backend=EXPECTED_BACKEND[device_type])
-    built = front_end.build(accelerator=AnyAccelerator(device_type), strategy="any_single", devices=[0],
+    built = front_end.build(accelerator=front_end.package.AnyAccelerator(device_type), strategy="any_single", devices=[0],
                             precision="bf16-mixed")
     with pytest.raises(PrecisionNotSupportedError,
                        match=f"at {device_type}:0 does not support bfloat16. Use precision='16-mixed'") as raised:
@@ -302,22 +302,22 @@ def test_lightning_single_strategy_on_cpu_allowed() -> None:
 
 # ----- fork safety and notebooks -------------------------------------------------------------------
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_fork_refused_after_device_init(fake_device, front_end: FrontEnd):
     fake_device("xpu", initialized=True, backend="xccl")
     with pytest.raises(ForkAfterInitError, match=r"Intel GPU \(XPU\) was already initialised in this process.*"
                                                   r"strategy='any_ddp' \(popen") as raised:
-        front_end.build(accelerator=AnyAccelerator("xpu"), strategy="any_ddp_notebook", devices=2)
+        front_end.build(accelerator=front_end.package.AnyAccelerator("xpu"), strategy="any_ddp_notebook", devices=2)
     raised.match(r"already initialised.*any_ddp' \(popen.*any_ddp_spawn")
     # popen and spawn are fine after initialisation
-    built = front_end.build(accelerator=AnyAccelerator("xpu"), strategy="any_ddp_spawn", devices=2)
+    built = front_end.build(accelerator=front_end.package.AnyAccelerator("xpu"), strategy="any_ddp_spawn", devices=2)
     assert built.strategy._start_method == "spawn"
 
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_fork_launcher_checks_right_before_forking(fake_device, front_end: FrontEnd):
     fake = fake_device("xpu", backend="xccl")
-    built = front_end.build(accelerator=AnyAccelerator("xpu"), strategy="any_ddp_fork", devices=2)
+    built = front_end.build(accelerator=front_end.package.AnyAccelerator("xpu"), strategy="any_ddp_fork", devices=2)
     fake.initialized = True  # e.g. a notebook cell touched the device after the Trainer/Fabric was made
     with pytest.raises(ForkAfterInitError, match="already initialised") as raised:
         front_end.launch(built, lambda: None)

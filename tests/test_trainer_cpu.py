@@ -28,7 +28,7 @@ from lightning_anyaccel.devices import get_spec
 from lightning_anyaccel.distributed import ForkAfterInitError
 
 from conftest import SRC
-from front_ends import FRONT_ENDS, FrontEnd
+from front_ends import EVERY_FRONT_END, FRONT_ENDS, FrontEnd
 
 TRAIN = str(Path(__file__).parent / "scripts" / "train.py")
 
@@ -293,18 +293,18 @@ def test_names_register():
 
 @pytest.mark.device_generic
 @pytest.mark.needs_devices(2)
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_ddp_strategy_instance_and_registry_names(front_end: FrontEnd, device):
     ddp = front_end.package.AnyDDPStrategy
     built = front_end.build(accelerator="any", strategy="any_ddp_spawn", devices=2)
     assert type(built.strategy) is ddp and built.strategy._start_method == "spawn"
-    built = front_end.build(accelerator=AnyAccelerator(), strategy=ddp(start_method="spawn"), devices=2)
+    built = front_end.build(accelerator=front_end.package.AnyAccelerator(), strategy=ddp(start_method="spawn"), devices=2)
     assert built.strategy.launcher.__class__.__name__ == "AnyMultiProcessingLauncher"
     assert built.world_size == 2
     if runtime.is_initialized(device.type) and not get_spec(device.type).fork_safe_after_init:
         # an earlier test used the device in this process: forking is refused, naming what works
         with pytest.raises(ForkAfterInitError, match="any_ddp_spawn"):
-            front_end.build(accelerator=AnyAccelerator(), strategy=ddp(start_method="fork"), devices=2)
+            front_end.build(accelerator=front_end.package.AnyAccelerator(), strategy=ddp(start_method="fork"), devices=2)
         return
-    built = front_end.build(accelerator=AnyAccelerator(), strategy=ddp(start_method="fork"), devices=2)
+    built = front_end.build(accelerator=front_end.package.AnyAccelerator(), strategy=ddp(start_method="fork"), devices=2)
     assert built.strategy.num_processes == 2 and built.strategy._get_process_group_backend() == device.backend
