@@ -300,7 +300,7 @@ def _slurm_daemons(workdir: Path, start_timeout: float) -> Iterator[SlurmCluster
         if len(procs) == 4:  # cancel what is left, so slurmd's step daemons end before slurmd does
             subprocess.run(["scancel", "--full", "--user=root"], env={**os.environ, **env}, capture_output=True,
                            timeout=30, check=False)
-            _wait_quietly(lambda: not subprocess.run(["squeue", "-h"], env={**os.environ, **env},
+            _poll(lambda: not subprocess.run(["squeue", "-h"], env={**os.environ, **env},
                                                      capture_output=True, text=True, timeout=10).stdout.strip(), 20)
         for proc in reversed(procs):
             try:
@@ -315,26 +315,22 @@ def _slurm_daemons(workdir: Path, start_timeout: float) -> Iterator[SlurmCluster
                 proc.wait(timeout=10)
 
 
-def _wait_quietly(predicate, timeout: float) -> None:
+def _poll(predicate, timeout: float) -> bool:
+    """Whether ``predicate()`` came true within ``timeout`` seconds (asked every 0.5 s; errors count as not yet)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         try:
             if predicate():
-                return
+                return True
         except (OSError, subprocess.SubprocessError):
             pass
         time.sleep(0.5)
+    return False
 
 
 def _wait_for(predicate, timeout: float, what: str, workdir: Path) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            if predicate():
-                return
-        except (OSError, subprocess.SubprocessError):
-            pass
-        time.sleep(0.5)
+    if _poll(predicate, timeout):
+        return
     logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in sorted(workdir.glob("*.log")))
     logs += "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in sorted(workdir.glob("*.out")))
     raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")
