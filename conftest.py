@@ -169,7 +169,6 @@ GROUPS = {
     "tests/test_sharding_cpu.py::test_fabric_sharded_training_matches_ddp_and_reloads": "fabric-sharding",
     "tests/test_sharding_cpu.py": "sharding",
     "tests/test_workloads.py": "workloads",
-    "tests/test_fabric.py": "fabric-popen",
     "tests/test_release.py": "release",
     "tests/test_journeys.py::test_fsdp_by_name_under_slurm": "slurm",
     "tests/test_scaleout_launch.py::test_slurm_sbatch_and_srun": "slurm",

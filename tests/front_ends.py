@@ -57,6 +57,7 @@ class FrontEnd:
     _precision: Callable[[Any], Any]
     _strategy_precision: Callable[[Any], Any]
     _launch: Callable[[Any, Callable[[], Any]], Any]
+    _all_reduce: Callable[[Any, Any, str], Any]
     _start: Callable[[Any], None]
 
     def build(self, **flags: Any) -> Any:
@@ -74,6 +75,10 @@ class FrontEnd:
     def launch(self, built: Any, function: Callable[[], Any]) -> Any:
         """Start the processes through the strategy's launcher, running ``function`` in each."""
         return self._launch(built, function)
+
+    def all_reduce(self, built: Any, tensor: Any, op: str) -> Any:
+        """``op`` (``"sum"``, ``"mean"``) over every process, as a user of the front end asks for it."""
+        return self._all_reduce(built, tensor, op)
 
     def start(self, built: Any) -> None:
         """What the front end checks on the device before the first step (device set, precision probed)."""
@@ -99,6 +104,7 @@ _SIDES: dict[str, dict[str, Any]] = {
         _precision=lambda trainer: trainer.precision_plugin,
         _strategy_precision=lambda trainer: trainer.strategy.precision_plugin,
         _launch=lambda trainer, function: trainer.strategy.launcher.launch(function),
+        _all_reduce=lambda trainer, tensor, op: trainer.strategy.reduce(tensor, reduce_op=op),
         _start=_trainer_start,
     ),
     "fabric": dict(
@@ -106,6 +112,7 @@ _SIDES: dict[str, dict[str, Any]] = {
         _precision=lambda fabric: fabric._precision,  # what Fabric's autocast and backward use
         _strategy_precision=lambda fabric: fabric.strategy.precision,
         _launch=lambda fabric, function: fabric.launch(lambda _: function()),
+        _all_reduce=lambda fabric, tensor, op: fabric.all_reduce(tensor, reduce_op=op),
         _start=lambda fabric: fabric.launch(),
     ),
 }

@@ -76,7 +76,7 @@ def test_validation_record_says_what_ran(tmp_path):
     from conftest import DeviceUnderTest
     from validation_record import _toml_value, build_record
 
-    outcomes = {"tests/test_trainer_cpu.py::test_ddp_two_processes[any_ddp]": "passed",
+    outcomes = {"tests/test_trainer_cpu.py::test_ddp_two_processes[trainer-any_ddp]": "passed",
                 "tests/test_trainer_cpu.py::test_bf16_mixed_autocast_active_in_training_step": "passed",
                 "tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp]": "passed",
                 "tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp2]": "failed",
@@ -90,7 +90,7 @@ def test_validation_record_says_what_ran(tmp_path):
     text = "[devices.cpu.hardware]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in record.items())
     assert tomllib.loads(text)["devices"]["cpu"]["hardware"]["features"]["mixed_precision"] == "passed"
     # a machine with one device: the 2-process tests skip, the 1-process ones pass and say so
-    one = {"tests/test_trainer_cpu.py::test_ddp_two_processes[any_ddp]": "skipped",
+    one = {"tests/test_trainer_cpu.py::test_ddp_two_processes[trainer-any_ddp]": "skipped",
            "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine[ddp]": "passed",
            "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine[fsdp]": "passed",
            "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine[fsdp2]": "failed"}

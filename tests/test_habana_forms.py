@@ -3,7 +3,7 @@
 Each form works or is refused when the Trainer/Fabric is built, with the fix:
 
 - unnumbered ``parallel_devices=[torch.device("hpu")] * 8``: numbered by local rank (trained for real
-  with two processes in ``tests/test_trainer_cpu.py::test_ddp_two_processes[any_ddp_spawn]``);
+  with two processes in ``tests/test_trainer_cpu.py::test_ddp_two_processes[trainer-any_ddp_spawn]``);
 - one card per process on Gaudi: every rank's device is ``hpu:0`` (simulated: no Gaudi here);
 - ``get_parallel_devices(2)``, ``ValueError`` for a wrong device type, ``process_group_backend`` after
   construction: on the device under test (``--device emulated:npu`` runs them on the emulated device);

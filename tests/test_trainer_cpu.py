@@ -2,8 +2,9 @@
 
 CPU by default; ``pytest --device emulated:npu`` (or a real device type) runs the tests marked
 ``device_generic`` on that device. A behaviour Fabric has too is one test parameterised by front
-end (``front_ends.py``); Fabric's own runs (its launchers, collectives, checkpoints) are in
-``test_fabric.py``."""
+end (``front_ends.py``): in-process through :func:`_fit_through`, in real processes through the two
+scripts of :data:`SCRIPTS` (``tests/scripts/train.py`` and ``fabric_train.py``: the same arguments and
+record, ``tests/scripts/script_common.py``). What only Fabric has is in ``test_fabric.py``."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from lightning_anyaccel.demo import DemoModel, demo_loader
 from lightning_anyaccel.devices import get_spec
 from lightning_anyaccel.distributed import ForkAfterInitError
 
-from conftest import SRC
+from conftest import DDP_TIMEOUT, SRC, rank_device
 from front_ends import EVERY_FRONT_END, FRONT_ENDS, FrontEnd
 
 TRAIN = str(Path(__file__).parent / "scripts" / "train.py")
@@ -78,15 +79,20 @@ def test_single_device_fit_learns(flags, device_type):
 
 
 @pytest.mark.device_generic
-def test_bf16_mixed_autocast_active_in_training_step(device_type):
-    trainer, model = _fit(accelerator=AnyAccelerator(), strategy="any_single", devices=1, precision="bf16-mixed")
-    assert trainer.precision_plugin.device == device_type
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_bf16_mixed_autocast_active_in_training_step(front_end: FrontEnd, device_type):
+    built, model = _fit_through(front_end, accelerator=AnyAccelerator(), strategy="any_single", devices=1,
+                                precision="bf16-mixed")
+    assert front_end.precision(built).device == device_type
+    assert front_end.strategy_precision(built) is front_end.precision(built)  # aligned before the front end took it
     assert model.autocast_seen == [(device_type, "bfloat16")] * 6
+    assert float(front_end.all_reduce(built, torch.tensor(1.0, device=built.strategy.root_device), "sum")) == 1.0
+    assert built.strategy.broadcast({"token": "from-rank-0"}) == {"token": "from-rank-0"}
 
 
 def _fit_through(front_end: FrontEnd, **flags):
     """:func:`_fit` for the Trainer; for Fabric, the same model and data in the loop ``Trainer.fit`` runs."""
-    if front_end.name == "trainer":
+    if front_end.side == "trainer":
         return _fit(**flags)
     torch.manual_seed(0)
     fabric, model = front_end.build(**flags), DemoModel()
@@ -171,32 +177,52 @@ def _ranks(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
 
 
+#: The script of each front end: the same run, arguments and record (tests/scripts/script_common.py).
+SCRIPTS = {"trainer": TRAIN, "fabric": str(Path(__file__).parent / "scripts" / "fabric_train.py")}
+#: The launcher each start method gets: Lightning's for popen (it re-runs the script), the package's otherwise.
+LAUNCHERS = {"any_ddp": "_SubprocessScriptLauncher", "any_ddp_spawn": "AnyMultiProcessingLauncher",
+             "any_ddp_fork": "AnyMultiProcessingLauncher"}
+def _run_script(python_runner, front_end: FrontEnd, out: Path, *args: str) -> list[dict]:
+    proc = python_runner([SCRIPTS[front_end.side], "--out", str(out), *args], timeout=DDP_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    return _ranks(out)
+
+
 @pytest.mark.slow
 @pytest.mark.device_generic
 @pytest.mark.needs_devices(2)
 @pytest.mark.parametrize("strategy", ["any_ddp", "any_ddp_spawn", "any_ddp_fork"])
-def test_ddp_two_processes(python_runner, tmp_path, strategy, device):
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_ddp_two_processes(python_runner, tmp_path, front_end: FrontEnd, strategy, device):
+    """Two real processes per start method: our strategy and launcher, the device's backend, the precision
+    on the device (bf16-mixed; 32-true with fork: no autocast at all), collectives right, ranks in sync."""
     # spawn on a device: lightning-habana's form, AnyDDPStrategy(parallel_devices=[torch.device(TYPE)] * 2)
-    unnumbered = ["--unnumbered"] if strategy == "any_ddp_spawn" else []
-    proc = python_runner([TRAIN, "--strategy", strategy, "--devices", "2", "--precision", "bf16-mixed",
-                          "--device-type", device.type, "--out", str(tmp_path), *unnumbered], timeout=240)
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    ranks = _ranks(tmp_path)
+    unnumbered = ["--unnumbered"] if strategy == "any_ddp_spawn" and front_end.side == "trainer" else []
+    precision = "32-true" if strategy == "any_ddp_fork" else "bf16-mixed"
+    ranks = _run_script(python_runner, front_end, tmp_path, "--strategy", strategy, "--devices", "2", "--steps", "4",
+                        "--precision", precision, "--device-type", device.type, *unnumbered)
     assert [r["rank"] for r in ranks] == [0, 1]
     for record in ranks:
         assert record["world_size"] == 2
         assert record["strategy"] == "AnyDDPStrategy"
+        assert record["strategy_module"] == front_end.package.AnyDDPStrategy.__module__
+        assert record["launcher"] == LAUNCHERS[strategy]
         assert record["backend"] == device.backend
-        assert record["precision_device"] == device.type
-        assert record["param_device"] == record["device"]
-        assert record["autocast_seen"] == [[device.type, "bfloat16"]]
-        assert record["global_step"] == 8
-    if not device.is_cpu:  # one device per rank: rank i on TYPE:i (Gaudi: each process sees its own card as hpu:0)
-        per_rank = [0, 0] if get_spec(device.type).process_device_env else [0, 1]
-        assert [r["device"] for r in ranks] == [f"{device.type}:{i}" for i in per_rank]
+        assert record["device"] == record["param_device"] == rank_device(device, record["rank"])
+        assert record["precision_device"] == (device.type if precision == "bf16-mixed" else None)
+        assert record["autocast"] == ([[device.type, "bfloat16"]] if precision == "bf16-mixed" else [])
+        assert record["step"] == 4
+        assert record["all_reduce_sum"] == 3.0 and record["all_reduce_mean"] == 1.5  # 1 + 2
+        assert record["all_gather"] == [0, 1]
+        assert record["broadcast"] == {"token": "from-rank-0"}
+    assert ranks[0]["pid"] != ranks[1]["pid"]
     # gradients were all-reduced: identical weights on both ranks, different data per rank
-    assert ranks[0]["weights"] == ranks[1]["weights"]
-    assert ranks[0]["losses"] != ranks[1]["losses"]
+    assert ranks[0]["weights"] == ranks[1]["weights"], "DDP did not keep the replicas in sync"
+    assert ranks[0]["losses"] != ranks[1]["losses"], "both ranks saw the same data (no distributed sampler)"
+    if front_end.side == "fabric" and strategy != "any_ddp":  # Fabric's launch() returns rank 0's result
+        parent = json.loads((tmp_path / "parent.json").read_text())
+        assert parent["pid"] not in {r["pid"] for r in ranks}
+        assert parent["result"]["weights"] == ranks[0]["weights"]
 
 
 @pytest.mark.slow
@@ -215,25 +241,28 @@ def test_lightnings_ddp_spawn_with_any_accelerator_keeps_ranks_in_sync(python_ru
 @pytest.mark.slow
 @pytest.mark.device_generic
 @pytest.mark.needs_devices(2)
-def test_checkpoint_from_two_processes_resumes_on_one(python_runner, tmp_path, device):
-    ckpt, out1, out2 = tmp_path / "ckpt", tmp_path / "run1", tmp_path / "run2"
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_checkpoint_from_two_processes_resumes_on_one(python_runner, tmp_path, monkeypatch, front_end: FrontEnd,
+                                                      device):
+    """Saved by 2 processes, loaded by 1 (in this process): the weights restored, the step count continued."""
+    ckpt, out1, out2 = tmp_path / "last.ckpt", tmp_path / "run1", tmp_path / "run2"
     out1.mkdir(), out2.mkdir()
-    first = python_runner([TRAIN, "--strategy", "any_ddp", "--devices", "2", "--max-steps", "4",
-                           "--device-type", device.type, "--out", str(out1), "--ckpt-dir", str(ckpt)], timeout=240)
-    assert first.returncode == 0, first.stdout[-4000:]
-    assert (ckpt / "last.ckpt").exists()
-    saved = torch.load(ckpt / "last.ckpt", map_location="cpu", weights_only=False)
-    assert saved["global_step"] == 4
+    saved = _run_script(python_runner, front_end, out1, "--strategy", "any_ddp", "--devices", "2", "--steps", "4",
+                        "--device-type", device.type, "--save", str(ckpt))
+    assert ckpt.exists() and [r["step"] for r in saved] == [4, 4]
     if not device.is_cpu:
-        check_loads_without_the_device(python_runner, ckpt / "last.ckpt", device.type)
-    second = python_runner([TRAIN, "--strategy", "any_single", "--devices", "1", "--max-steps", "8",
-                            "--device-type", device.type, "--out", str(out2), "--resume", str(ckpt / "last.ckpt")],
-                           timeout=240)
-    assert second.returncode == 0, second.stdout[-4000:]
+        check_loads_without_the_device(python_runner, ckpt, device.type)
+    monkeypatch.setattr(sys, "path", [str(Path(SCRIPTS[front_end.side]).parent), *sys.path])
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+    script = __import__(Path(SCRIPTS[front_end.side]).stem)
+    script.main(["--strategy", "any_single", "--devices", "1", "--steps", "8", "--device-type", device.type,
+                 "--out", str(out2), "--load", str(ckpt)])
     (record,) = _ranks(out2)
-    assert record["world_size"] == 1
-    assert record["global_step"] == 8
+    assert record["world_size"] == 1 and record["backend"] is None
+    assert record["start_weights"] == saved[0]["weights"]  # restored
+    assert record["step"] == 8
     assert len(record["losses"]) == 4  # continued from step 4, did not restart
+    assert record["weights"] != saved[0]["weights"]  # it trained on after loading
 
 
 @pytest.mark.slow

@@ -20,14 +20,14 @@ import pytest
 
 #: Feature -> substrings of the test names that exercise it (the support matrix's columns).
 FEATURES: dict[str, tuple[str, ...]] = {
-    "single_device": ("test_single_device_fit", "test_fabric_single_device"),
+    "single_device": ("test_single_device_fit", "autocast_active_in_training_step"),
     "mixed_precision": ("bf16", "16_mixed"),
-    "ddp": ("test_ddp_two_processes", "test_fabric_ddp_", "test_fabric_notebook", "machine[ddp]"),
+    "ddp": ("test_ddp_two_processes", "test_fabric_notebook", "machine[ddp]"),
     "fork_safety": ("fork",),
     "fsdp": ("fsdp-", "fsdp_", "machine[fsdp]", "under_test[fsdp]"),
     "fsdp2": ("fsdp2",),
     "deepspeed": ("deepspeed",),
-    "checkpoint": ("checkpoint", "load_with_one", "resume"),
+    "checkpoint": ("checkpoint", "resume"),
     "device_stats": ("device_stats",),
     "verify": ("test_verify",),
 }

@@ -1,63 +1,60 @@
-"""Train DemoModel with the package and write what each rank saw to ``<out>/rank<N>.json``.
+"""Train DemoModel with the Trainer and the package; each rank writes its record.
 
-Run directly (popen DDP re-runs this script per rank) or imported by the tests (spawn/fork).
+Run directly (popen DDP re-runs this script per rank) or imported by the tests (``main(argv)``).
+``fabric_train.py`` is the same run written with Fabric: the same arguments and record
+(``script_common.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 
-import lightning_anyaccel  # noqa: F401  (registers names)
-from lightning_anyaccel import AnyAccelerator
-from lightning_anyaccel.demo import DemoModel, demo_loader
+sys.path.insert(0, str(Path(__file__).parent))
+import script_common  # noqa: E402
 
-
-def weights_digest(module: torch.nn.Module) -> str:
-    """A hash of every parameter, to compare ranks."""
-    h = hashlib.sha256()
-    for p in module.state_dict().values():
-        h.update(p.detach().cpu().float().numpy().tobytes())
-    return h.hexdigest()
+import lightning_anyaccel  # noqa: E402,F401  (registers names)
+from lightning_anyaccel import AnyAccelerator  # noqa: E402
+from lightning_anyaccel.demo import DemoModel, demo_loader  # noqa: E402
 
 
 class Report(Callback):
-    """Writes one JSON file per rank at the end of fit."""
+    """Writes each rank's record at the end of fit."""
 
     def __init__(self, out: str) -> None:
         self.out = out
+        self.start_weights: str | None = None
+        self.start_losses = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:  # after a checkpoint was restored
+        self.start_weights = script_common.weights_digest(pl_module)
+        self.start_losses = len(pl_module.losses)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: Any) -> None:
-        import torch.distributed as dist
-
+        strategy = trainer.strategy
         record = {
             "rank": trainer.global_rank,
             "world_size": trainer.world_size,
-            "global_step": trainer.global_step,
-            "strategy": type(trainer.strategy).__name__,
-            "device": str(trainer.strategy.root_device),
-            "param_device": str(next(pl_module.parameters()).device),
-            "backend": dist.get_backend() if dist.is_initialized() else None,
-            "precision_device": getattr(trainer.precision_plugin, "device", None),
-            "autocast_seen": sorted(set(map(tuple, pl_module.autocast_seen))),
-            "weights": weights_digest(pl_module),
-            "losses": pl_module.losses,
+            **script_common.common(strategy, trainer.precision_plugin, pl_module),
+            "autocast": [list(pair) for pair in sorted(set(pl_module.autocast_seen))],
+            "step": trainer.global_step,
+            "losses": pl_module.losses[self.start_losses:],
+            "start_weights": self.start_weights,
+            **script_common.collectives(trainer.global_rank, strategy.root_device,
+                                      lambda t, op: strategy.reduce(t, reduce_op=op), strategy.all_gather,
+                                      lambda obj: strategy.broadcast(obj, src=0)),
         }
-        Path(self.out, f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
+        script_common.write(self.out, trainer.global_rank, record)
 
 
 def build_trainer(args: argparse.Namespace) -> L.Trainer:
-    callbacks: list[Callback] = [Report(args.out)]
-    if args.ckpt_dir:
-        callbacks.append(ModelCheckpoint(dirpath=args.ckpt_dir, save_last=True, every_n_train_steps=1))
     strategy: Any = args.strategy
     if strategy == "lightning:ddp_spawn":  # Lightning's own class, not its name (names map to the package's)
         from lightning.pytorch.strategies import DDPStrategy
@@ -75,37 +72,25 @@ def build_trainer(args: argparse.Namespace) -> L.Trainer:
         strategy=strategy,
         devices=args.devices,
         precision=args.precision,
-        max_steps=args.max_steps,
+        max_steps=args.steps,
         logger=False,
-        enable_checkpointing=bool(args.ckpt_dir),
+        enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=callbacks,
+        callbacks=[Report(args.out)],
     )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--strategy", default="any_ddp")
-    parser.add_argument("--devices", type=int, default=2)
-    parser.add_argument("--device-type", default="cpu")
-    parser.add_argument("--precision", default="32-true")
-    parser.add_argument("--max-steps", type=int, default=8)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--ckpt-dir", default=None)
-    parser.add_argument("--resume", default=None)
-    parser.add_argument("--unnumbered", action="store_true",
-                        help="AnyDDPStrategy(parallel_devices=[torch.device(TYPE)] * DEVICES) with the --strategy's start"
-                        " method (not on CPU)")
-    parser.add_argument("--touch-device", action="store_true",
-                        help="allocate a tensor on the device before fit (initialises it in this process)")
-    args = parser.parse_args(argv)
+    args = script_common.parse(argv)
     L.seed_everything(1234, verbose=False)
     torch.set_num_threads(1)
     trainer = build_trainer(args)
     if args.touch_device:
         torch.ones(1, device=args.device_type)
-    trainer.fit(DemoModel(), demo_loader(), ckpt_path=args.resume)
+    trainer.fit(DemoModel(), demo_loader(), ckpt_path=args.load)
+    if args.save:
+        trainer.save_checkpoint(args.save)
 
 
 if __name__ == "__main__":
