@@ -221,6 +221,28 @@ def rank_device(device: DeviceUnderTest, rank: int) -> str:
     return f"{device.type}:{0 if get_spec(device.type).process_device_env else rank}"
 
 
+#: Where Lightning keeps the rank its ``rank_zero_*`` functions compare with (one attribute per module).
+RANK_ZERO_MODULES = ("lightning_utilities.core.rank_zero", "lightning.fabric.utilities.rank_zero",
+                     "lightning.pytorch.utilities.rank_zero", "lightning_fabric.utilities.rank_zero",
+                     "pytorch_lightning.utilities.rank_zero")
+
+
+@pytest.fixture(autouse=True)
+def _rank_zero_restored():
+    """Each test leaves Lightning's process-wide rank as it found it.
+
+    A Trainer or Fabric built in-process with a cluster environment (the launcher and Gaudi tests
+    build them as rank 1, 3 or 7) sets ``rank_zero_only.rank`` to that environment's global rank for
+    the whole process; every later test on the same pytest worker would then lose what Lightning
+    writes and logs on rank zero only (metrics files, info lines).
+    """
+    held = [(module, module.rank_zero_only.rank) for module in map(sys.modules.get, RANK_ZERO_MODULES)
+            if module is not None and hasattr(getattr(module, "rank_zero_only", None), "rank")]
+    yield
+    for module, rank in held:
+        module.rank_zero_only.rank = rank
+
+
 @pytest.fixture(autouse=True)
 def _no_deepspeed_accelerator_left_behind(monkeypatch):
     """Each test starts with the ``DS_ACCELERATOR`` the session started with, and leaves it so.
