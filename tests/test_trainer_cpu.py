@@ -280,7 +280,8 @@ def test_fork_refused_after_the_parent_initialised_the_device(python_runner, tmp
 
 
 def check_loads_without_the_device(python_runner, path: Path, device_type: str) -> None:
-    """A checkpoint of device tensors loads in a plain-CPU process that never loaded the device's backend."""
+    """A checkpoint of device tensors (the Trainer's or Fabric's, saved at step 4) loads in a plain-CPU process
+    that never loaded the device's backend."""
     code = (
         "import os, sys, torch\n"
         f"path = {str(path)!r}\n"
@@ -295,9 +296,13 @@ def check_loads_without_the_device(python_runner, path: Path, device_type: str) 
         "except (RuntimeError, AttributeError) as err:\n"
         f"    assert {device_type!r} in str(err).lower() or 'privateuse' in str(err).lower(), err\n"
         "ckpt = torch.load(path, map_location=portable_map_location, weights_only=False)\n"
-        "tensors = list(ckpt['state_dict'].values())\n"
-        "assert tensors and all(t.device.type == 'cpu' for t in tensors)\n"
-        "print('LOADED', ckpt['global_step'])\n"
+        "def tensors(x):\n"  # every tensor of the checkpoint: the Trainer's state_dict, Fabric's model and optimizer
+        "    if isinstance(x, torch.Tensor): return [x]\n"
+        "    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else []\n"
+        "    return [t for item in items for t in tensors(item)]\n"
+        "found = tensors(ckpt)\n"
+        "assert found and all(t.device.type == 'cpu' for t in found)\n"
+        "print('LOADED', ckpt['global_step'] if 'global_step' in ckpt else ckpt['step'])\n"
     )
     clean = {k: v for k, v in os.environ.items() if k != "LIGHTNING_ANYACCEL_EMULATE"}
     clean["PYTHONPATH"] = str(SRC)

@@ -28,8 +28,8 @@ from lightning_anyaccel.demo import DemoModel, demo_loader  # noqa: E402
 class Report(Callback):
     """Writes each rank's record at the end of fit."""
 
-    def __init__(self, out: str) -> None:
-        self.out = out
+    def __init__(self, out: str, save: str | None) -> None:
+        self.out, self.save = out, save
         self.start_weights: str | None = None
         self.start_losses = 0
 
@@ -52,6 +52,8 @@ class Report(Callback):
                                       lambda obj: strategy.broadcast(obj, src=0)),
         }
         script_common.write(self.out, trainer.global_rank, record)
+        if self.save:  # here, not after fit: the weights are still on the device (fit's teardown moves them)
+            trainer.save_checkpoint(self.save)
 
 
 def build_trainer(args: argparse.Namespace) -> L.Trainer:
@@ -77,7 +79,7 @@ def build_trainer(args: argparse.Namespace) -> L.Trainer:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[Report(args.out)],
+        callbacks=[Report(args.out, args.save)],
     )
 
 
@@ -89,8 +91,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.touch_device:
         torch.ones(1, device=args.device_type)
     trainer.fit(DemoModel(), demo_loader(), ckpt_path=args.load)
-    if args.save:
-        trainer.save_checkpoint(args.save)
 
 
 if __name__ == "__main__":
