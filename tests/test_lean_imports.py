@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 
@@ -39,11 +40,11 @@ def _child(env: dict[str, str]) -> dict[str, object]:
 
 
 def test_a_child_process_imports_lightning_and_torchmetrics_without_the_heavy_packages() -> None:
+    # they are installed here (torchmetrics would import them all without the trimming: Lightning-AI/torchmetrics#3457)
+    assert all(importlib.util.find_spec(name) for name in ("matplotlib", "scipy", "transformers"))
     out = _child({"PYTHONPATH": os.environ["PYTHONPATH"]})
     assert out["heavy"] == [] and out["mean"] == 2.0
-    # without the folder on PYTHONPATH, the same child imports them (what the trimming saves)
-    path = os.pathsep.join(p for p in os.environ["PYTHONPATH"].split(os.pathsep) if p != str(LEAN_IMPORTS))
-    assert _child({"PYTHONPATH": path})["heavy"] == ["matplotlib", "scipy", "transformers"]
+    assert str(LEAN_IMPORTS) in os.environ["PYTHONPATH"].split(os.pathsep)
 
 
 @pytest.mark.parametrize("first", ["lean", "emulator"])
