@@ -62,7 +62,7 @@ class FrontEnd:
 
     def build(self, **flags: Any) -> Any:
         """``Trainer(**flags)`` (with nothing logged or saved) or ``Fabric(**flags)``."""
-        return self._build(**flags)
+        return self._build(self.lightning, **flags)
 
     def precision(self, built: Any) -> Any:
         """The precision plugin the front end trains with."""
@@ -93,14 +93,10 @@ def _trainer_start(trainer: Any) -> None:
     trainer.strategy.accelerator.setup(trainer)
 
 
-def _module(name: str) -> ModuleType:
-    return importlib.import_module(name)
-
-
 #: What differs between the two sides, Trainer and Fabric, beyond the module they come from.
 _SIDES: dict[str, dict[str, Any]] = {
     "trainer": dict(
-        _build=lambda root: lambda **flags: root.Trainer(**{**QUIET_TRAINER, **flags}),
+        _build=lambda root, **flags: root.Trainer(**{**QUIET_TRAINER, **flags}),
         _precision=lambda trainer: trainer.precision_plugin,
         _strategy_precision=lambda trainer: trainer.strategy.precision_plugin,
         _launch=lambda trainer, function: trainer.strategy.launcher.launch(function),
@@ -108,7 +104,7 @@ _SIDES: dict[str, dict[str, Any]] = {
         _start=_trainer_start,
     ),
     "fabric": dict(
-        _build=lambda root: lambda **flags: root.Fabric(**flags),
+        _build=lambda root, **flags: root.Fabric(**flags),
         _precision=lambda fabric: fabric._precision,  # what Fabric's autocast and backward use
         _strategy_precision=lambda fabric: fabric.strategy.precision,
         _launch=lambda fabric, function: fabric.launch(lambda _: function()),
@@ -123,11 +119,10 @@ def front_end(name: str, side: str, lightning: str, package: str) -> FrontEnd:
 
     Example: ``front_end("pl-trainer", "trainer", "pytorch_lightning", "lightning_anyaccel.pytorch_lightning")``.
     """
-    root = _module(lightning)
-    how = _SIDES[side]
-    return FrontEnd(name=name, side=side, package=_module(package), lightning=root,
-                    mixed_precision=_module(f"{lightning}.plugins.precision").MixedPrecision,
-                    **{**how, "_build": how["_build"](root)})
+    return FrontEnd(name=name, side=side, package=importlib.import_module(package),
+                    lightning=importlib.import_module(lightning),
+                    mixed_precision=importlib.import_module(f"{lightning}.plugins.precision").MixedPrecision,
+                    **_SIDES[side])
 
 
 TRAINER = front_end("trainer", "trainer", "lightning.pytorch", "lightning_anyaccel")
@@ -151,4 +146,4 @@ def _second_package() -> list[Any]:
 #: Both front ends on both Lightning packages: ids ``trainer``, ``fabric``, ``pl-trainer``, ``pl-fabric``.
 EVERY_FRONT_END = [*FRONT_ENDS, *_second_package()]
 #: The Trainer on both Lightning packages: ids ``trainer`` and ``pl-trainer``.
-EVERY_TRAINER = [EVERY_FRONT_END[0], EVERY_FRONT_END[2]]
+EVERY_TRAINER = [param for param in EVERY_FRONT_END if param.id.endswith("trainer")]

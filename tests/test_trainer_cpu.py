@@ -219,10 +219,19 @@ def test_ddp_two_processes(python_runner, tmp_path, front_end: FrontEnd, strateg
     # gradients were all-reduced: identical weights on both ranks, different data per rank
     assert ranks[0]["weights"] == ranks[1]["weights"], "DDP did not keep the replicas in sync"
     assert ranks[0]["losses"] != ranks[1]["losses"], "both ranks saw the same data (no distributed sampler)"
-    if front_end.side == "fabric" and strategy != "any_ddp":  # Fabric's launch() returns rank 0's result
+    if front_end.side != "fabric":
+        return
+    # Fabric's record also has its precision plugin and the autocast state of every step and of forward
+    mixed = precision == "bf16-mixed"
+    dtype = "torch.bfloat16" if mixed else str(torch.get_autocast_dtype(device.type))  # off: the device's default
+    for record in ranks:
+        assert record["autocast_in_step"] == [[mixed, dtype]] * 4
+        assert record["autocast_in_forward"] == [[device.type, mixed, dtype]]
+        assert record["precision"] == ("MixedPrecision" if mixed else "Precision")
+    if strategy != "any_ddp":  # Fabric's launch() returns rank 0's result to the launching process
         parent = json.loads((tmp_path / "parent.json").read_text())
         assert parent["pid"] not in {r["pid"] for r in ranks}
-        assert parent["result"]["weights"] == ranks[0]["weights"]
+        assert parent["result"]["rank"] == 0 and parent["result"]["weights"] == ranks[0]["weights"]
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """What the tests' two training scripts share: their arguments, and the record each rank writes.
 
-``train.py`` (Trainer) and ``fabric_train.py`` (Fabric) train the same model on the same data, take
-the same arguments (:func:`parse`) and write one record per rank to ``<out>/rank<N>.json``
+``train.py`` (Trainer, ``DemoModel``) and ``fabric_train.py`` (Fabric, the same two-layer MLP written
+as a plain module) train on the demo data, take the same arguments (:func:`parse`) and write one record per rank to ``<out>/rank<N>.json``
 (:func:`write`); ``tests/test_trainer_cpu.py`` checks a run of either with the same assertions.
 The record's common fields:
 
