@@ -62,8 +62,13 @@ TEST_WORKERS ?= 2
 # exercise the launcher, not the device, and run on `acme` above; nor notebook 2, which runs on `acme`.
 # On xpu, not the workloads either: GPT-2's attention can not run on emulated xpu (docs/emulator.md).
 SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook
-PYTEST := $(PYTHON) -m pytest -n $(TEST_WORKERS)
-test: install emulator typecheck
+# tests/lean_imports on PYTHONPATH from the start: pytest's own process, not only the processes it
+# starts (tests/conftest.py), skips the imports no test needs (tests/lean_imports/lean_imports.py).
+LEAN_IMPORTS := PYTHONPATH=$(CURDIR)/tests/lean_imports$${PYTHONPATH:+:$$PYTHONPATH}
+PYTEST := $(LEAN_IMPORTS) $(PYTHON) -m pytest -n $(TEST_WORKERS)
+# the emulator's compiler and mypy each keep one core busy: side by side
+test: install
+	@$(MAKE) --no-print-directory -j2 emulator typecheck
 	$(PYTEST)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
 	$(PYTEST) -m device_generic --device emulated:acme -q
@@ -137,6 +142,11 @@ COMPAT_ENDS ?= newest oldest torch-oldest torch-newest
 COMPAT_TESTS ?= $(wildcard tests/test_lightning_contract.py) tests/test_compat_fit.py
 COMPAT_TORCH_TESTS ?= tests/test_compat_torch.py
 COMPAT_EMULATED ?= emulated:npu
+# On the torch ends, each DDP start method with one front end, and not notebook 2: the Trainer and
+# Fabric start processes through the same Lightning launcher, and notebook 2 trains as the
+# single-device tests do (both differ by Lightning's code and the notebook's, not torch's; `make test`
+# runs them all on the main environment's torch).
+COMPAT_DEVICE_TESTS ?= not (fabric and (spawn or ddp_fork)) and not notebook
 COMPAT_OLDEST := $(COMPAT_DIR)/oldest
 COMPAT_PYTHON_oldest = $(COMPAT_OLDEST)/bin/python
 COMPAT_PYTHON_torch-oldest = $(COMPAT_DIR)/torch-oldest/bin/python
@@ -179,8 +189,9 @@ test-compat: $(addprefix compat-env-,$(COMPAT_ENDS))
 	  esac; \
 	  echo "== $$end end: $$($$py -c 'import lightning, pytorch_lightning, torch; print("lightning", lightning.__version__, "pytorch_lightning", pytorch_lightning.__version__, "torch", torch.__version__)')"; \
 	  case $$end in \
-	    torch-*) $$py -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(COMPAT_TORCH_TESTS); \
-	             $$py -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m device_generic --device $(COMPAT_EMULATED) tests;; \
-	    *) $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS);; \
+	    torch-*) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(COMPAT_TORCH_TESTS); \
+	             $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m device_generic --device $(COMPAT_EMULATED) \
+	               -k "$(COMPAT_DEVICE_TESTS)" tests;; \
+	    *) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS);; \
 	  esac; \
 	done

@@ -11,6 +11,12 @@ absent: its availability flags read ``False`` once ``torchmetrics.utilities.impo
 is being imported. Nothing else changes: the tests that train Hugging Face models import
 ``transformers`` themselves, and notebooks import ``matplotlib`` themselves.
 
+One more package is kept out of test processes altogether: ``jsonschema`` (imported by every pytest
+process through nbmake's plugin and nbformat, and by JupyterLab and nbclient) imports the optional
+``rfc3987_syntax`` when it is installed, which builds a parser from its grammar at import time (1.1 s
+of each such process) to check the ``"iri"`` string format, a check no test process makes. Imported
+here, it is missing (:data:`ABSENT`), as jsonschema allows.
+
 Test support only: ``tests/conftest.py`` installs it in the pytest process and puts this folder on
 ``PYTHONPATH``, whose ``sitecustomize.py`` installs it in every child process.
 """
@@ -29,6 +35,8 @@ FLAGS = ("_MATPLOTLIB_AVAILABLE", "_SCIPY_AVAILABLE", "_SCIPI_AVAILABLE", "_SCIP
          "_TRANSFORMERS_AVAILABLE", "_TRANSFORMERS_GREATER_EQUAL_4_4", "_TRANSFORMERS_GREATER_EQUAL_4_10")
 #: Packages ``package_available`` denies while ``torchmetrics`` runs its ``__init__``.
 DENIED = frozenset({"scipy"})
+#: Optional imports that are missing in test processes (each one's importer must allow that).
+ABSENT = frozenset({"rfc3987_syntax"})
 
 
 class _Loader(importlib.abc.Loader):
@@ -75,7 +83,7 @@ def _denying(run: Callable[[], None]) -> None:
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Wraps the loaders of ``torchmetrics`` and ``torchmetrics.utilities.imports``."""
+    """Wraps the loaders of ``torchmetrics`` and ``torchmetrics.utilities.imports``; finds none of :data:`ABSENT`."""
 
     HOOKS: dict[str, tuple[Callable[[ModuleType], Any] | None, Callable[[Callable[[], None]], None] | None]] = {
         "torchmetrics": (None, _denying),
@@ -84,6 +92,9 @@ class _Finder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname in ABSENT:
+            raise ModuleNotFoundError(f"No module named {fullname!r} (left out of test processes: {__file__})",
+                                      name=fullname)
         if fullname not in self.HOOKS:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)

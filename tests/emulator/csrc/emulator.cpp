@@ -27,7 +27,8 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/utils/pybind.h>
-#include <torch/extension.h>
+// not <torch/extension.h>: it adds torch's whole C++ frontend (torch/all.h), unused here, and a third
+// to the compile time of every build (tests/emulator/_build_ext.py; 25 s against 19 s on 2 idle cores)
 #include <torch/library.h>
 #include <torch/version.h>
 
