@@ -165,8 +165,9 @@ if Sybil is not None:
 GROUPS = {
     "tests/test_lab.py": "site",
     "tests/test_site.py": "site",
-    # Fabric's run needs no DDP reference of the module's fixture: it runs beside the group
-    "tests/test_sharding_cpu.py::test_fabric_sharded_training_matches_ddp_and_reloads": "fabric-sharding",
+    # each front end's 2-process job (the module's fixture) on a worker of its own
+    "tests/test_sharding_cpu.py::test_sharded_training_matches_ddp_and_resumes[fabric": "sharding-fabric",
+    "tests/test_sharding_cpu.py::test_fsdp2_builds_its_mesh_on_the_device[fabric": "sharding-fabric",
     "tests/test_sharding_cpu.py": "sharding",
     "tests/test_workloads.py": "workloads",
     "tests/test_release.py": "release",
@@ -174,17 +175,23 @@ GROUPS = {
     "tests/test_scaleout_launch.py::test_slurm_sbatch_and_srun": "slurm",
 }
 #: The longest groups first (minutes each), so that both workers are busy until the end.
-LONGEST_FIRST = ["site", "sharding", "workloads"]
+LONGEST_FIRST = ["site", "sharding", "sharding-fabric", "workloads"]
 
 
 def group_of(nodeid: str) -> str:
     """The group of a test: one of :data:`GROUPS`, its page, or the test alone (its nodeid).
 
+    A prefix may end inside a test's parameters: ``test[fabric`` is the cases ``test[fabric]`` and
+    ``test[fabric-...]``.
+
     >>> group_of("tests/test_site.py::test_internal_links_resolve"), group_of("docs/index.md::line:24,column:1")
     ('site', 'docs/index.md')
+    >>> group_of("tests/test_sharding_cpu.py::test_sharded_training_matches_ddp_and_resumes[fabric-fsdp-full]")
+    'sharding-fabric'
     """
     for prefix, group in GROUPS.items():
-        if nodeid == prefix or nodeid.startswith((prefix + "::", prefix + "[")):
+        ends = ("-", "]") if "[" in prefix else ("::", "[")
+        if nodeid == prefix or nodeid.startswith(tuple(prefix + end for end in ends)):
             return group
     path = nodeid.split("::", 1)[0]
     return path if path.endswith(".md") else nodeid

@@ -39,7 +39,7 @@ def run(strategy: str, out: Path) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "ANYACCEL_DS_NO_SHM": "1"}
     subprocess.run([sys.executable, str(RUN), "--strategy", strategy, *MODEL, "--out", str(out)],
                    env=env, check=True, timeout=600, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    return [json.loads(p.read_text()) for p in sorted((out / strategy).glob("rank*.json"))]
 
 
 def main() -> None:

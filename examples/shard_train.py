@@ -1,19 +1,28 @@
-"""Train a wide MLP with DDP, FSDP, FSDP2 or DeepSpeed and write what each rank held to ``<out>/rank<N>.json``.
+"""Train a wide MLP with DDP, FSDP, FSDP2 or DeepSpeed, through the Trainer or Fabric, and write what each rank held.
 
 Used by the tests (``tests/test_sharding_cpu.py``) and by ``docs/memory_table.py``. Example::
 
     python examples/shard_train.py --strategy fsdp --devices 2 --out /tmp/run
+    python examples/shard_train.py --front-end fabric --strategy ddp,fsdp2 --devices 2 --out /tmp/run
 
-``--strategy``: ``ddp``, ``fsdp`` (full checkpoints), ``fsdp_sharded``, ``fsdp2`` (distributed
-checkpoints), ``fsdp2_full``, ``deepspeed_1``, ``deepspeed_2``, ``deepspeed_3``,
-``deepspeed_2_offload``. Every rank records its losses, how many parameter and optimizer-state
-elements it holds, and its peak live memory (sampled at every step boundary) above what it held
-just before the model was built. On CPU that is host memory in use (glibc ``mallinfo2``), not RSS:
-the allocator keeps freed pages, so RSS shows FSDP's unsharded start-up copy forever.
+``--strategy``: one or more, comma-separated, of ``ddp``, ``fsdp`` (full checkpoints),
+``fsdp_sharded``, ``fsdp_hybrid`` (a ``(replicas, shards)`` mesh of 1 x devices), ``fsdp2``
+(distributed checkpoints), ``fsdp2_full``, ``deepspeed_1``, ``deepspeed_2``, ``deepspeed_3``,
+``deepspeed_2_offload``; several train one after the other in the
+same processes (one launch). For each, every rank writes ``<out>/<strategy>/rank<N>.json``: its
+losses, how many parameter and optimizer-state elements it holds, and its peak live memory (sampled
+at every step boundary) above what it held just before the model was built. On CPU that is host
+memory in use (glibc ``mallinfo2``), not RSS: the allocator keeps freed pages, so RSS shows FSDP's
+unsharded start-up copy forever.
 
-``--ckpt-dir DIR --resume-steps N`` then resumes, in the same processes, as a restarted job would:
-a new model and a new Trainer continue from ``DIR/last.ckpt`` up to ``N`` steps and write
-``<out>/resumed/rank<N>.json`` (one job instead of two process launches: the tests run many).
+``--front-end fabric`` trains the same model on the same data with a Fabric loop (:func:`fabric_fit`)
+instead of ``Trainer.fit``. Fabric's FSDP2 takes a ``parallelize_fn`` instead of ``configure_model``;
+the package's default shards the whole model as one unit.
+
+``--ckpt-dir DIR --resume-steps N`` checkpoints each strategy at every epoch end to
+``DIR/<strategy>/last.ckpt`` and then resumes from it, in the same processes, as a restarted job
+would: a new model (and Trainer or Fabric) continues up to ``N`` steps and writes
+``<out>/<strategy>/resumed/rank<N>.json``.
 """
 
 from __future__ import annotations
@@ -32,18 +41,13 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
-import lightning_anyaccel  # noqa: F401  (registers names)
-from lightning_anyaccel import (
-    AnyAccelerator,
-    AnyDDPStrategy,
-    AnyDeepSpeedStrategy,
-    AnyFSDPStrategy,
-    AnyModelParallelStrategy,
-    runtime,
-)
+import lightning_anyaccel  # registers names; the Trainer's strategies
+import lightning_anyaccel.fabric  # Fabric's strategies
+from lightning_anyaccel import AnyAccelerator, runtime
+from lightning_anyaccel.devices import device_of, is_host
 
-STRATEGIES = ("ddp", "fsdp", "fsdp_sharded", "fsdp2", "fsdp2_full", "deepspeed_1", "deepspeed_2", "deepspeed_3",
-              "deepspeed_2_offload")
+STRATEGIES = ("ddp", "fsdp", "fsdp_sharded", "fsdp_hybrid", "fsdp2", "fsdp2_full", "deepspeed_1", "deepspeed_2",
+              "deepspeed_3", "deepspeed_2_offload")
 
 
 class WideMLP(L.LightningModule):
@@ -85,7 +89,12 @@ class WideMLP(L.LightningModule):
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        return adam(self.parameters(), lr=self.hparams.lr)
+
+
+def adam(parameters: Any, lr: float = 1e-3) -> torch.optim.Optimizer:
+    """The optimizer of both front ends: its two moments per parameter are the state ZeRO shards."""
+    return torch.optim.Adam(parameters, lr=lr)
 
 
 def wide_loader(width: int, batches_per_rank: int = 3, ranks: int = 2, batch_size: int = 16) -> DataLoader:
@@ -97,23 +106,27 @@ def wide_loader(width: int, batches_per_rank: int = 3, ranks: int = 2, batch_siz
     return DataLoader(TensorDataset(x, y), batch_size=batch_size)
 
 
-def build_strategy(name: str) -> Any:
-    """The package strategy for a short ``name`` (see the module docstring)."""
+def build_strategy(name: str, front_end: str = "trainer", devices: int = 2) -> Any:
+    """The package strategy of ``front_end`` (``trainer`` or ``fabric``) for a short ``name`` (see above)."""
+    family = lightning_anyaccel.fabric if front_end == "fabric" else lightning_anyaccel
     if name == "ddp":
-        return AnyDDPStrategy()
+        return family.AnyDDPStrategy()
     if name in ("fsdp", "fsdp_sharded"):
-        return AnyFSDPStrategy(auto_wrap_policy={torch.nn.Linear},
-                               state_dict_type="sharded" if name == "fsdp_sharded" else "full")
+        return family.AnyFSDPStrategy(auto_wrap_policy={torch.nn.Linear},
+                                      state_dict_type="sharded" if name == "fsdp_sharded" else "full")
+    if name == "fsdp_hybrid":  # Lightning itself would build this mesh on "cuda"
+        return family.AnyFSDPStrategy(auto_wrap_policy={torch.nn.Linear}, device_mesh=(1, devices),
+                                      sharding_strategy="HYBRID_SHARD", state_dict_type="full")
     if name in ("fsdp2", "fsdp2_full"):
-        return AnyModelParallelStrategy(tensor_parallel_size=1, save_distributed_checkpoint=name == "fsdp2")
+        return family.AnyModelParallelStrategy(tensor_parallel_size=1, save_distributed_checkpoint=name == "fsdp2")
     if name.startswith("deepspeed_"):
         stage = int(name.split("_")[1])
         # Lightning's default buckets hold 2e8 elements each (800 MB in fp32) whatever the model size;
         # size them to the model, or they dwarf what ZeRO saves on a small one
         buckets = 2_000_000
-        strategy = AnyDeepSpeedStrategy(stage=stage, offload_optimizer=name.endswith("offload"),
-                                        reduce_bucket_size=buckets, allgather_bucket_size=buckets,
-                                        sub_group_size=buckets)
+        strategy = family.AnyDeepSpeedStrategy(stage=stage, offload_optimizer=name.endswith("offload"),
+                                               reduce_bucket_size=buckets, allgather_bucket_size=buckets,
+                                               sub_group_size=buckets)
         # a torch optimizer with ZeRO-Offload: no DeepSpeedCPUAdam to compile (slow on small machines)
         strategy.config["zero_force_ds_cpu_optimizer"] = False
         return strategy
@@ -163,88 +176,86 @@ def live_host_bytes() -> int:
 
 def live_device_bytes(device: torch.device) -> int:
     """Bytes allocated on ``device`` (host bytes on CPU, where the model lives in host memory)."""
-    if device.type == "cpu":
+    if is_host(device.type):
         return live_host_bytes()
     # the package's memory statistics: torch.accelerator's where this torch has them (2.9 and newer),
     # the device module's otherwise
     return int(runtime.memory_stats(device)["allocated_bytes.all.current"])
 
 
+class PeakMemory:
+    """The most live memory seen at the step boundaries where :meth:`sample` is called, above ``before``."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.before = self.peak = live_device_bytes(device)
+
+    def sample(self) -> None:
+        self.peak = max(self.peak, live_device_bytes(self.device))
+
+    @property
+    def mib(self) -> float:
+        return (self.peak - self.before) / 2**20
+
+
+def record(rank: int, strategy: Any, step: int, losses: list[float], model: torch.nn.Module, optimizer: Any,
+           total_numel: int, memory: PeakMemory) -> dict[str, Any]:
+    """What one rank reports about one run (either front end)."""
+    mesh = getattr(strategy, "device_mesh", None)
+    return {
+        "rank": rank,
+        "strategy": f"{type(strategy).__module__}.{type(strategy).__name__}",
+        "backend": dist.get_backend() if dist.is_initialized() else None,
+        "global_step": step,
+        "losses": losses,
+        "total_numel": total_numel,
+        "param_numel": sum(local_numel(p) for p in model.parameters()),
+        "param_device": str(next(model.parameters()).device),
+        "optimizer_state_numel": optimizer_state_numel(optimizer),
+        "peak_mib": memory.mib,
+        "mesh_device_type": mesh.device_type if mesh is not None else None,
+    }
+
+
 class Report(Callback):
     """Samples live memory at every step boundary; writes one JSON file per rank at the end of fit."""
 
-    def __init__(self, out: str, before: int) -> None:
+    def __init__(self, out: Path, memory: PeakMemory) -> None:
         self.out = out
-        self.before = before
-        self.peak = before
-
-    def _sample(self, trainer: L.Trainer) -> None:
-        self.peak = max(self.peak, live_device_bytes(trainer.strategy.root_device))
+        self.memory = memory
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        self._sample(trainer)
+        self.memory.sample()
 
     def on_after_backward(self, trainer: L.Trainer, *args: Any) -> None:
-        self._sample(trainer)
+        self.memory.sample()
 
     def on_before_optimizer_step(self, trainer: L.Trainer, *args: Any) -> None:
-        self._sample(trainer)
+        self.memory.sample()
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        self._sample(trainer)
+        self.memory.sample()
 
     def on_train_end(self, trainer: L.Trainer, pl_module: WideMLP) -> None:
-        record = {
-            "rank": trainer.global_rank,
-            "strategy": type(trainer.strategy).__name__,
-            "backend": dist.get_backend() if dist.is_initialized() else None,
-            "global_step": trainer.global_step,
-            "losses": pl_module.losses,
-            "total_numel": pl_module.total_numel,
-            "param_numel": sum(local_numel(p) for p in trainer.strategy.model.parameters()),
-            "param_device": str(next(trainer.strategy.model.parameters()).device),
-            "optimizer_state_numel": optimizer_state_numel(trainer.optimizers[0]),
-            "peak_mib": (self.peak - self.before) / 2**20,
-        }
-        Path(self.out, f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
+        result = record(trainer.global_rank, trainer.strategy, trainer.global_step, pl_module.losses,
+                        trainer.strategy.model, trainer.optimizers[0], pl_module.total_numel, self.memory)
+        (self.out / f"rank{trainer.global_rank}.json").write_text(json.dumps(result))
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--strategy", choices=STRATEGIES, default="fsdp")
-    parser.add_argument("--devices", type=int, default=2)
-    parser.add_argument("--device-type", default=None)
-    parser.add_argument("--precision", default="32-true")
-    parser.add_argument("--width", type=int, default=256)
-    parser.add_argument("--depth", type=int, default=4)
-    parser.add_argument("--max-steps", type=int, default=6)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--ckpt-dir", default=None)
-    parser.add_argument("--resume", default=None)
-    parser.add_argument("--resume-steps", type=int, default=None,
-                        help="then continue from <ckpt-dir>/last.ckpt to this many steps in the same processes")
-    args = parser.parse_args(argv)
-    if args.resume_steps is not None and not args.ckpt_dir:
-        parser.error("--resume-steps resumes from the checkpoint of --ckpt-dir: give --ckpt-dir too")
-    torch.set_num_threads(1)
-    fit(args, args.out, args.max_steps, resume=args.resume, ckpt_dir=args.ckpt_dir)
-    if args.resume_steps is not None:
-        resumed = Path(args.out, "resumed")
-        resumed.mkdir(parents=True, exist_ok=True)
-        fit(args, str(resumed), args.resume_steps, resume=str(Path(args.ckpt_dir, "last.ckpt")), ckpt_dir=None)
-
-
-def fit(args: argparse.Namespace, out: str, max_steps: int, resume: str | None, ckpt_dir: str | None) -> None:
+def trainer_fit(args: argparse.Namespace, strategy: str, out: Path, max_steps: int, resume: Path | None,
+                ckpt_dir: Path | None) -> None:
     """One fit of a freshly built model and Trainer (a restarted job builds both anew as well)."""
     L.seed_everything(1234, verbose=False)
-    before = live_host_bytes()
+    accelerator = AnyAccelerator(args.device_type)
+    # this rank's device: the launcher sets LOCAL_RANK in every rank it starts; the first rank is 0
+    memory = PeakMemory(device_of(accelerator.device_type, int(os.environ.get("LOCAL_RANK", "0"))))
     model = WideMLP(args.width, args.depth)
-    callbacks: list[Callback] = [Report(out, before)]
+    callbacks: list[Callback] = [Report(out, memory)]
     if ckpt_dir:
         callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0, every_n_epochs=1))
     trainer = L.Trainer(
-        accelerator=AnyAccelerator(args.device_type),
-        strategy=build_strategy(args.strategy),
+        accelerator=accelerator,
+        strategy=build_strategy(strategy, "trainer", args.devices),
         devices=args.devices,
         precision=args.precision,
         max_steps=max_steps,
@@ -255,6 +266,87 @@ def fit(args: argparse.Namespace, out: str, max_steps: int, resume: str | None, 
         callbacks=callbacks,
     )
     trainer.fit(model, wide_loader(args.width, ranks=args.devices), ckpt_path=resume)
+
+
+def fabric_setup(fabric: L.Fabric, model: torch.nn.Module) -> tuple[Any, Any]:
+    """The model first, the optimizer after it (FSDP2 replaces the parameters); DeepSpeed sets up both at once."""
+    if isinstance(fabric.strategy, lightning_anyaccel.fabric.AnyDeepSpeedStrategy):
+        return fabric.setup(model, adam(model.parameters()))
+    model = fabric.setup_module(model)
+    return model, fabric.setup_optimizers(adam(model.parameters()))
+
+
+def fabric_step(fabric: L.Fabric, model: Any, optimizer: Any, batch: Any) -> float:
+    """One training step; ``model=`` tells DeepSpeed which engine once a second one exists."""
+    x, y = batch
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x).float(), y)
+    fabric.backward(loss, model=model)
+    optimizer.step()
+    return float(loss.detach())
+
+
+def fabric_fit(args: argparse.Namespace, strategy: str, out: Path, max_steps: int, resume: Path | None,
+               ckpt_dir: Path | None) -> None:
+    """The Fabric loop of :func:`trainer_fit`: the same model, data, optimizer, epochs and checkpoints."""
+    fabric = L.Fabric(accelerator=AnyAccelerator(args.device_type), devices=args.devices, precision=args.precision,
+                      strategy=build_strategy(strategy, "fabric", args.devices))
+    fabric.launch()  # the first one starts the other ranks; later ones join the existing process group
+    fabric.seed_everything(1234, verbose=False)
+    memory = PeakMemory(fabric.device)
+    module = WideMLP(args.width, args.depth)
+    model, optimizer = fabric_setup(fabric, module)
+    loader = fabric.setup_dataloaders(wide_loader(args.width, ranks=args.devices))
+    state = {"model": model, "optimizer": optimizer, "step": 0}
+    if resume:
+        fabric.load(resume, state)
+    losses: list[float] = []
+    while state["step"] < max_steps:
+        for batch in loader:
+            memory.sample()
+            losses.append(fabric_step(fabric, model, optimizer, batch))
+            memory.sample()
+            state["step"] += 1
+            if state["step"] == max_steps:
+                break
+        if ckpt_dir and state["step"] % len(loader) == 0:  # an epoch ended: as ModelCheckpoint(every_n_epochs=1)
+            fabric.save(ckpt_dir / "last.ckpt", state)
+    result = record(fabric.global_rank, fabric.strategy, state["step"], losses, model, optimizer,
+                    module.total_numel, memory)
+    (out / f"rank{fabric.global_rank}.json").write_text(json.dumps(result))
+    fabric.barrier()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--strategy", default="fsdp", help=f"one or more of {', '.join(STRATEGIES)}, comma-separated")
+    parser.add_argument("--front-end", choices=("trainer", "fabric"), default="trainer")
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--device-type", default=None)
+    parser.add_argument("--precision", default="32-true")
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--depth", type=int, default=4)
+    parser.add_argument("--max-steps", type=int, default=6)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--ckpt-dir", default=None)
+    parser.add_argument("--resume-steps", type=int, default=None,
+                        help="then continue from <ckpt-dir>/<strategy>/last.ckpt to this many steps, same processes")
+    args = parser.parse_args(argv)
+    strategies = args.strategy.split(",")
+    if unknown := [name for name in strategies if name not in STRATEGIES]:
+        parser.error(f"--strategy: {', '.join(unknown)} not among {', '.join(STRATEGIES)}")
+    if args.resume_steps is not None and not args.ckpt_dir:
+        parser.error("--resume-steps resumes from the checkpoints of --ckpt-dir: give --ckpt-dir too")
+    torch.set_num_threads(1)
+    fit = fabric_fit if args.front_end == "fabric" else trainer_fit
+    for strategy in strategies:
+        out = Path(args.out, strategy)
+        ckpt_dir = Path(args.ckpt_dir, strategy) if args.ckpt_dir else None
+        out.mkdir(parents=True, exist_ok=True)
+        fit(args, strategy, out, args.max_steps, resume=None, ckpt_dir=ckpt_dir)
+        if args.resume_steps is not None and ckpt_dir is not None:
+            (out / "resumed").mkdir(exist_ok=True)
+            fit(args, strategy, out / "resumed", args.resume_steps, resume=ckpt_dir / "last.ckpt", ckpt_dir=None)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,22 @@
-"""Sharded training for real on CPU: 2 processes, gloo, through the package's strategies.
+"""Sharded training for real on CPU: 2 processes, gloo, through the package's strategies, both front ends.
 
-Each strategy trains the same wide MLP on the same data as DDP (``examples/shard_train.py``):
-the per-rank losses must match DDP's, each rank must hold only part of the parameters (FSDP,
-FSDP2, ZeRO-3) or of the optimizer state (ZeRO-1/2) and measure less live memory than a DDP
-rank, and a checkpoint written after the first epoch must resume exactly like DDP resumes
-(weights *and* optimizer state restored). Each strategy trains and resumes in one 2-process job
-(``--resume-steps``: a new model and Trainer in the same processes), so a format costs one launch of
-two interpreters, not two.
-
-Fabric (``tests/scripts/fabric_shard.py``): one 2-process run covers DDP as the reference, FSDP
-with full and sharded checkpoints, FSDP2 with distributed and full checkpoints and, when
-installed, DeepSpeed ZeRO-3. What both front ends decide without starting processes (names,
-precision, refusals) is tested once for both in ``test_sharding_errors.py``.
+Each strategy trains the same wide MLP on the same data as DDP (``examples/shard_train.py``), through
+the Trainer and through a Fabric loop: the per-rank losses must match DDP's, each rank must hold only
+part of the parameters (FSDP, FSDP2, ZeRO-3) or of the optimizer state (ZeRO-1/2) and measure less
+live memory than a DDP rank, and a checkpoint written after the first epoch must resume exactly like
+DDP resumes (weights *and* optimizer state restored). Per front end, every strategy trains and
+resumes in one 2-process job (a comma-separated ``--strategy``: a new model, Trainer or Fabric for
+each, in the same processes), so the front end costs one launch of two interpreters. What both front
+ends decide without starting processes (names, precision, refusals) is tested in
+``test_sharding_errors.py``.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,14 +30,10 @@ MODEL = ["--width", "1024", "--depth", "8"]
 #: DeepSpeed's shared-memory CPU collectives compile for about a minute; gloo is enough here.
 ENV = {"ANYACCEL_DS_NO_SHM": "1", "TORCH_EXTENSIONS_DIR": str(ROOT / "build" / "torch_extensions")}
 TIMEOUT = 420
-FABRIC_SCRIPT = Path(__file__).parent / "scripts" / "fabric_shard.py"
-#: Where DeepSpeed caches ops it compiles (none for ZeRO-3 on gloo; the Trainer tests share it).
-FABRIC_ENV = {"TORCH_EXTENSIONS_DIR": str(ROOT / "build" / "torch_extensions")}
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 
 needs_deepspeed = pytest.mark.skipif(
-    importlib.util.find_spec("deepspeed") is None,
-    reason="deepspeed is not installed (pip install lightning-anyaccel[deepspeed])",
+    not HAS_DEEPSPEED, reason="deepspeed is not installed (pip install lightning-anyaccel[deepspeed])",
 )
 
 
@@ -49,94 +44,111 @@ def _ranks(out: Path) -> list[dict]:
 
 
 def _train(out: Path, strategy: str, *extra: str) -> list[dict]:
+    """``examples/shard_train.py`` in 2 processes; the per-rank records of ``strategy`` (a single one)."""
+    _launch(out, strategy, *extra)
+    return _ranks(out / strategy)
+
+
+def _launch(out: Path, strategies: str, *extra: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    proc = run_python([RUN, "--strategy", strategy, *MODEL, "--out", str(out), *extra], timeout=TIMEOUT, env=ENV)
+    proc = run_python([RUN, "--strategy", strategies, *MODEL, "--out", str(out), *extra], timeout=TIMEOUT, env=ENV)
     if proc.returncode != 0:  # DeepSpeed floods the log with deprecation warnings: show the rest
         lines = [line for line in proc.stdout.splitlines() if "Warning" not in line and "return func(" not in line]
-        pytest.fail(f"{strategy} exited with {proc.returncode}:\n" + "\n".join(lines[-80:]))
-    return _ranks(out)
+        pytest.fail(f"{strategies} exited with {proc.returncode}:\n" + "\n".join(lines[-80:]))
 
 
-def _train_and_resume(out: Path, strategy: str, ckpt: Path) -> tuple[list[dict], list[dict]]:
-    """One 2-process job: 3 steps (one epoch) checkpointed to ``ckpt``, then, in the same processes, a new
-    model and Trainer resumed from ``ckpt/last.ckpt`` to 6 steps (``--resume-steps``)."""
-    first = _train(out, strategy, "--max-steps", "3", "--ckpt-dir", str(ckpt), "--resume-steps", "6")
-    return first, _ranks(out / "resumed")
+# strategy, the package's class, is the checkpoint a folder (sharded), are parameters sharded (else:
+# optimizer state only). ZeRO-1 differs from ZeRO-2 only in the stage number DeepSpeed receives
+# (``any_deepspeed_stage_1``); ZeRO-2 without offload trains in tests/test_journeys.py (the Aurora
+# script under MPI). A ``(replicas, shards)`` mesh is one Lightning would build on "cuda": training
+# with it here, where there is no CUDA, shows the package built it on the device.
+FORMATS = [
+    pytest.param("fsdp", "AnyFSDPStrategy", False, True, id="fsdp-full"),
+    pytest.param("fsdp_sharded", "AnyFSDPStrategy", True, True, id="fsdp-sharded"),
+    pytest.param("fsdp_hybrid", "AnyFSDPStrategy", False, True, id="fsdp-hybrid-mesh"),
+    pytest.param("fsdp2", "AnyModelParallelStrategy", True, True, id="fsdp2-distributed"),
+    pytest.param("fsdp2_full", "AnyModelParallelStrategy", False, True, id="fsdp2-full"),
+    pytest.param("deepspeed_3", "AnyDeepSpeedStrategy", True, True, id="deepspeed3", marks=needs_deepspeed),
+    pytest.param("deepspeed_2_offload", "AnyDeepSpeedStrategy", True, False, id="deepspeed2-offload",
+                 marks=needs_deepspeed),
+]
+#: DDP first: the reference every other strategy is compared with, in the same job
+JOB = ",".join(["ddp", *(p.values[0] for p in FORMATS if HAS_DEEPSPEED or not p.marks)])
 
 
 @pytest.fixture(scope="module")
-def ddp(tmp_path_factory) -> list[dict]:
-    """The reference: plain DDP, one epoch of 3 steps, checkpointed, then resumed to 6 steps.
+def job(tmp_path_factory) -> Callable[[str], Path]:
+    """``job(front_end)``: the folder of that front end's one 2-process job (every strategy, 3 steps and a
+    checkpoint, then resumed to 6 steps), run on first use; a job that failed fails its other tests at once."""
+    done: dict[str, Path | None] = {}
 
-    Resuming is compared with DDP resumed the same way, not with an uninterrupted run: Lightning
-    restarts the data at an epoch-end checkpoint differently than it continues a running fit.
-    """
-    root = tmp_path_factory.mktemp("ddp")
-    first, second = _train_and_resume(root / "run", "ddp", root / "ckpt")
-    for a, b in zip(first, second):
-        a["resumed_losses"] = b["losses"]
-    return first
+    def run(front_end: str) -> Path:
+        if front_end not in done:
+            done[front_end] = None
+            root = tmp_path_factory.mktemp(front_end)
+            _launch(root / "out", JOB, "--front-end", front_end, "--max-steps", "3",
+                    "--ckpt-dir", str(root / "ckpt"), "--resume-steps", "6")
+            done[front_end] = root
+        if (root := done[front_end]) is None:
+            pytest.fail(f"the {front_end} job failed: see the first test of this front end")
+        return root
+
+    return run
 
 
-def _assert_losses(got: list[dict], ddp: list[dict], key: str = "losses") -> None:
-    for rank, reference in zip(got, ddp):
-        torch.testing.assert_close(rank["losses"], reference[key], rtol=1e-4, atol=1e-5)
-
-
-# strategy, is the checkpoint a folder (sharded), are parameters sharded (else: optimizer state only)
-FORMATS = [
-    pytest.param("fsdp", False, True, id="fsdp-full"),
-    pytest.param("fsdp_sharded", True, True, id="fsdp-sharded"),
-    pytest.param("fsdp2", True, True, id="fsdp2-distributed"),
-    pytest.param("fsdp2_full", False, True, id="fsdp2-full"),
-    pytest.param("deepspeed_3", True, True, id="deepspeed3", marks=needs_deepspeed),
-]
+def _assert_losses(got: list[dict], reference: list[dict]) -> None:
+    for rank, expected in zip(got, reference):
+        torch.testing.assert_close(rank["losses"], expected["losses"], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy, folder, params_sharded", FORMATS)
-def test_sharded_training_matches_ddp_and_resumes(tmp_path, ddp, strategy, folder, params_sharded):
-    ckpt = tmp_path / "ckpt"
-    first, second = _train_and_resume(tmp_path / "run", strategy, ckpt)
+@pytest.mark.parametrize("strategy, class_name, folder, params_sharded", FORMATS)
+@pytest.mark.parametrize("front_end", ["trainer", "fabric"])
+def test_sharded_training_matches_ddp_and_resumes(job, front_end, strategy, class_name, folder, params_sharded):
+    """Resuming is compared with DDP resumed the same way, not with an uninterrupted run: Lightning
+    restarts the data at an epoch-end checkpoint differently than it continues a running fit."""
+    root = job(front_end)
+    ddp, ddp_resumed = _ranks(root / "out" / "ddp"), _ranks(root / "out" / "ddp" / "resumed")
+    # the reference resumed trained weights: a fresh start (same seed) would repeat the first losses
+    assert all(abs(r["losses"][0] - f["losses"][0]) > 1e-3 for r, f in zip(ddp_resumed, ddp)), (ddp_resumed, ddp)
+    first, second = _ranks(root / "out" / strategy), _ranks(root / "out" / strategy / "resumed")
+    package = "lightning_anyaccel.fabric" if front_end == "fabric" else "lightning_anyaccel"
+    cls = getattr(importlib.import_module(package), class_name)
+    assert {r["strategy"] for r in first} == {f"{cls.__module__}.{cls.__name__}"}
     total = first[0]["total_numel"]
     assert ddp[0]["param_numel"] == total  # DDP: every rank holds everything
     held = [r["param_numel"] for r in first]
     if params_sharded:
         assert all(n < 0.6 * total for n in held), held
         assert sum(held) >= total, held  # the shards cover the model (DeepSpeed pads them)
+    else:
+        assert held == [total, total]  # ZeRO-1/2 keep full parameters
     states = [r["optimizer_state_numel"] for r in first]
     assert all(n < 0.6 * ddp[0]["optimizer_state_numel"] for n in states), states
     _assert_losses(first, ddp)
     for rank, reference in zip(first, ddp):  # measured in each rank: live memory at step boundaries
         assert rank["peak_mib"] < 0.8 * reference["peak_mib"], (rank, reference)
 
-    last = ckpt / "last.ckpt"
+    last = root / "ckpt" / strategy / "last.ckpt"
     assert last.is_dir() is folder
     assert [r["global_step"] for r in second] == [6, 6]
-    _assert_losses(second, ddp, "resumed_losses")  # as DDP resumed: weights and optimizer state restored
+    _assert_losses(second, ddp_resumed)  # as DDP resumed: weights and optimizer state restored
 
     if strategy.startswith("deepspeed"):  # DeepSpeed's folder -> one full fp32 file, loadable anywhere
         from lightning.pytorch.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
 
-        full = tmp_path / "full.ckpt"
+        full = root / f"{strategy}-full.ckpt"
         convert_zero_checkpoint_to_fp32_state_dict(last, full)
         state = torch.load(full, map_location="cpu", weights_only=False)["state_dict"]
         assert sum(t.numel() for t in state.values()) == total
 
 
 @pytest.mark.slow
-@needs_deepspeed
-@pytest.mark.parametrize("strategy", ["deepspeed_2_offload"])
-def test_deepspeed_zero_partitions_optimizer_state(tmp_path, ddp, strategy):
-    """ZeRO-2 with the optimizer offloaded (the package checks the offload device). ZeRO-1 differs only in
-    the stage number DeepSpeed receives (``any_deepspeed_stage_1``); ZeRO-2 without offload trains in
-    tests/test_journeys.py (the Aurora script under MPI)."""
-    ranks = _train(tmp_path, strategy, "--max-steps", "3")
-    assert all(r["strategy"] == "AnyDeepSpeedStrategy" for r in ranks)
-    assert [r["param_numel"] for r in ranks] == [ranks[0]["total_numel"]] * 2  # ZeRO-1/2 keep full parameters
-    states = [r["optimizer_state_numel"] for r in ranks]
-    assert all(n < 0.6 * ddp[0]["optimizer_state_numel"] for n in states), states
-    _assert_losses(ranks, ddp)
+@pytest.mark.parametrize("front_end", ["trainer", "fabric"])
+def test_fsdp2_builds_its_mesh_on_the_device(job, front_end):
+    """Lightning builds FSDP2's device mesh on "cuda"; the package builds it on the device trained on."""
+    records = _ranks(job(front_end) / "out" / "fsdp2")
+    assert {r["mesh_device_type"] for r in records} == {"cpu"}
 
 
 @pytest.mark.slow
@@ -176,47 +188,9 @@ def test_one_process_on_a_one_device_machine(tmp_path, strategy, device):
     assert proc.returncode == 0, proc.stdout[-4000:]
     # Lightning's CUDA side stream around DDP made torch warn at every backward (Lightning-AI/pytorch-lightning#21567)
     assert "AccumulateGrad node's stream does not match" not in proc.stdout
-    (rank,) = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+    (rank,) = [json.loads(p.read_text()) for p in sorted((out / strategy).glob("rank*.json"))]
     assert rank["global_step"] == 3 and len(rank["losses"]) == 3
     assert rank["backend"] == device.backend  # the device's collective backend, even for one process
     assert rank["param_device"] == f"{device.type}:0"
     assert rank["param_numel"] == rank["total_numel"]  # one process holds everything
     assert all(v == v and v < 1e6 for v in rank["losses"])  # finite
-
-
-# ----- Fabric: one real run, 2 processes, gloo ------------------------------------------------
-
-@pytest.mark.slow
-def test_fabric_sharded_training_matches_ddp_and_reloads(python_runner, tmp_path) -> None:
-    extra = ["--deepspeed"] if HAS_DEEPSPEED else []
-    proc = python_runner([str(FABRIC_SCRIPT), "--out", str(tmp_path), *extra], timeout=240, env=FABRIC_ENV)
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    assert [r["rank"] for r in ranks] == [0, 1]
-    ddp = [r["ddp"] for r in ranks]
-    total = ddp[0]["total_numel"]
-    assert [r["local_numel"] for r in ddp] == [total, total]
-    assert ddp[0]["losses"] != ddp[1]["losses"]  # each rank saw its own half of the data
-
-    expected = {  # configuration: (strategy class, checkpoint is a folder)
-        "fsdp_full": ("AnyFSDPStrategy", False),
-        "fsdp_sharded": ("AnyFSDPStrategy", True),
-        "fsdp2_sharded": ("AnyModelParallelStrategy", True),
-        "fsdp2_full": ("AnyModelParallelStrategy", False),
-    }
-    if HAS_DEEPSPEED:
-        expected["deepspeed_3"] = ("AnyDeepSpeedStrategy", True)
-    for name, (strategy, folder) in expected.items():
-        got = [r[name] for r in ranks]
-        assert {g["strategy"] for g in got} == {f"lightning_anyaccel.fabric.strategies.{strategy}"}, name
-        held = [g["local_numel"] for g in got]
-        assert all(n < 0.6 * total for n in held) and sum(held) >= total, (name, held, total)
-        for g, reference in zip(got, ddp):
-            torch.testing.assert_close(g["losses"], reference["losses"], rtol=1e-4, atol=1e-5, msg=name)
-            # the reloaded model and optimizer replay the last steps exactly (momentum restored)
-            torch.testing.assert_close(g["resumed_losses"], g["losses"][3:], rtol=0, atol=1e-6, msg=name)
-            assert g["resumed_weights_difference"] < 1e-6, name
-            assert g["loaded_step"] == 3, name
-            assert g["checkpoint_is_dir"] is folder, name
-    assert {r["fsdp2_sharded"]["mesh_device_type"] for r in ranks} == {"cpu"}
-    assert {r["hybrid_mesh_device_type"] for r in ranks} == {"cpu"}  # Lightning builds the tuple on "cuda"

@@ -2,9 +2,8 @@
 
 The code blocks of README.md and docs/*.md are themselves tests (Sybil, configured in the
 repository's ``conftest.py``; ``make test-snippets`` runs them alone). Blocks shown from files
-(``literalinclude``) come from files that tests run: the two examples here,
-``examples/shard_train.py`` (``test_sharding_cpu.py``) and ``tests/scripts/fabric_shard.py``
-(``test_sharding_cpu.py``).
+(``literalinclude``) come from files that tests run: the two examples here and
+``examples/shard_train.py`` (``test_sharding_cpu.py``, both front ends).
 """
 
 from __future__ import annotations
