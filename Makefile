@@ -53,10 +53,14 @@ emulator: install
 # pytest's testpaths: tests/, then the code blocks of README.md and docs/ (conftest.py). The
 # notebooks run in JupyterLab there (tests/test_lab.py, needs Chromium); without Chromium, nbmake
 # runs them instead. Then the device-generic tests again, on the emulated accelerator loaded as
-# `acme`, a name in no table and no code of the package: zero configuration (docs/emulator.md). TEST_WORKERS pytest-xdist workers share the tests (most of them wait
-# on child processes; conftest.py sends the tests that must share a worker to one worker);
-# `make test TEST_WORKERS=0` runs everything in one process.
-TEST_WORKERS ?= 2
+# `acme`, a name in no table and no code of the package: zero configuration (docs/emulator.md).
+# TEST_WORKERS pytest-xdist workers share the tests of the first run: most of them wait on child
+# processes, so 3 keep 2 cores busy (conftest.py sends the tests that must share a worker to one
+# worker); the device-generic runs keep the cores busy with DEVICE_TEST_WORKERS, where a third
+# worker would only add its start-up. `make test TEST_WORKERS=0 DEVICE_TEST_WORKERS=0` runs
+# everything in one process.
+TEST_WORKERS ?= 3
+DEVICE_TEST_WORKERS ?= 2
 # The seeds' own device types, emulated on torch's XPU/HPU dispatch keys by the same build
 # (docs/emulator.md): the device-generic tests without the spawn/fork start methods of DDP, which
 # exercise the launcher, not the device, and run on `acme` above; nor notebook 2, which runs on `acme`.
@@ -65,15 +69,15 @@ SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook
 # tests/lean_imports on PYTHONPATH from the start: pytest's own process, not only the processes it
 # starts (tests/conftest.py), skips the imports no test needs (tests/lean_imports/lean_imports.py).
 LEAN_IMPORTS := PYTHONPATH=$(CURDIR)/tests/lean_imports$${PYTHONPATH:+:$$PYTHONPATH}
-PYTEST := $(LEAN_IMPORTS) $(PYTHON) -m pytest -n $(TEST_WORKERS)
+PYTEST := $(LEAN_IMPORTS) $(PYTHON) -m pytest
 # the emulator's compiler and mypy each keep one core busy: side by side
 test: install
 	@$(MAKE) --no-print-directory -j2 emulator typecheck
-	$(PYTEST)
+	$(PYTEST) -n $(TEST_WORKERS)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
-	$(PYTEST) -m device_generic --device emulated:acme -q
-	$(PYTEST) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS) and not test_workloads"
-	$(PYTEST) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)"
+	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:acme -q
+	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS) and not test_workloads"
+	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)"
 
 # mypy on src/ (configured in pyproject.toml: `@override` on every overriding method is checked). Its
 # cache (.mypy_cache/) makes a second run take seconds; the first analyses torch and Lightning too.
@@ -190,7 +194,7 @@ test-compat: $(addprefix compat-env-,$(COMPAT_ENDS))
 	  echo "== $$end end: $$($$py -c 'import lightning, pytorch_lightning, torch; print("lightning", lightning.__version__, "pytorch_lightning", pytorch_lightning.__version__, "torch", torch.__version__)')"; \
 	  case $$end in \
 	    torch-*) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(COMPAT_TORCH_TESTS); \
-	             $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m device_generic --device $(COMPAT_EMULATED) \
+	             $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -n $(DEVICE_TEST_WORKERS) -m device_generic --device $(COMPAT_EMULATED) \
 	               -k "$(COMPAT_DEVICE_TESTS)" tests;; \
 	    *) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS);; \
 	  esac; \
