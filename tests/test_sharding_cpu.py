@@ -117,6 +117,7 @@ def test_sharded_training_matches_ddp_and_resumes(job, front_end, strategy, clas
     assert {r["strategy"] for r in first} == {f"{cls.__module__}.{cls.__name__}"}
     total = first[0]["total_numel"]
     assert ddp[0]["param_numel"] == total  # DDP: every rank holds everything
+    assert ddp[0]["losses"] != ddp[1]["losses"]  # each rank saw its own half of the data
     held = [r["param_numel"] for r in first]
     if params_sharded:
         assert all(n < 0.6 * total for n in held), held
