@@ -179,8 +179,9 @@ def live_device_bytes(device: torch.device) -> int:
     if is_host(device.type):
         return live_host_bytes()
     # the package's memory statistics: torch.accelerator's where this torch has them (2.9 and newer),
-    # the device module's otherwise
-    return int(runtime.memory_stats(device)["allocated_bytes.all.current"])
+    # the device module's otherwise, MPS's own counter; none before the process first uses the device
+    stats = runtime.memory_stats(device)
+    return int(stats.get("allocated_bytes.all.current", stats.get("allocated_bytes", 0)))
 
 
 class PeakMemory:
