@@ -32,32 +32,26 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import torch.distributed as dist
 
-    from benchmarks.common import now, synchronize
+    from benchmarks.common import seconds_per_call
     from lightning_anyaccel import resolve_backend, runtime
+    from lightning_anyaccel.devices import device_of, is_host
 
     torch.set_num_threads(args.threads)
     device_type = runtime.detect_device_type()
-    device = torch.device("cpu") if device_type == "cpu" else torch.device(device_type, args.rank)
+    device = device_of(device_type, args.rank)
     runtime.set_device_index(device)
     backend = resolve_backend(device)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     dist.init_process_group(backend, rank=args.rank, world_size=args.world_size, timeout=timedelta(seconds=60),
-                            device_id=device if device_type != "cpu" else None)
+                            device_id=None if is_host(device_type) else device)
     results = []
     for nbytes in (int(s) for s in args.sizes.split(",")):
         tensor = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
         iters = iterations(nbytes)
         for _ in range(2):  # warm-up: connections, buffers
             dist.all_reduce(tensor)
-        trials = []
-        for _ in range(args.trials):
-            dist.barrier()
-            synchronize(device)
-            start = now()
-            for _ in range(iters):
-                dist.all_reduce(tensor)
-            synchronize(device)
-            trials.append((now() - start) / iters)
+        trials = seconds_per_call(lambda: dist.all_reduce(tensor), device, iters, args.trials,
+                                  before_each=dist.barrier)
         results.append({"bytes": tensor.numel() * 4, "iterations": iters, "seconds": trials})
     if args.rank == 0:
         Path(args.out).write_text(json.dumps({"backend": backend, "device": str(device), "results": results}))

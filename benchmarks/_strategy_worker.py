@@ -159,12 +159,12 @@ class Runner:
 
         from benchmarks.models import WORKLOADS, scaled
         from lightning_anyaccel import runtime
-        from lightning_anyaccel.devices import get_spec
+        from lightning_anyaccel.devices import device_of, get_spec
 
         self.args = args
         self.rank, self.world = args.rank, args.world_size
         self.device_type = runtime.detect_device_type()
-        self.device = torch.device("cpu") if self.device_type == "cpu" else torch.device(self.device_type, self.rank)
+        self.device = device_of(self.device_type, self.rank)
         self.builtin = get_spec(self.device_type).lightning_builtin
         self.main_workload = scaled(WORKLOADS[args.workload], args.scale)
         self.knob_workload = scaled(WORKLOADS[args.knob_workload], args.knob_scale)

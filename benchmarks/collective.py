@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import bench_env, now, processes_possible, run_ranks, summarize, synchronize
+from benchmarks.common import bench_env, processes_possible, run_ranks, seconds_per_call, summarize
+from lightning_anyaccel.devices import device_of
 from lightning_anyaccel.local_runs import free_port
 
 DEFAULT_SIZES: tuple[int, ...] = tuple(4**k * 1024 for k in range(1, 9))  # 4 KiB .. 64 MiB
@@ -39,14 +40,7 @@ def memcpy(device: torch.device, sizes: Sequence[int], trials: int = 3) -> list[
         dst = torch.empty_like(src)
         iters = 4 * iterations(nbytes)
         dst.copy_(src)
-        seconds = []
-        for _ in range(trials):
-            synchronize(device)
-            start = now()
-            for _ in range(iters):
-                dst.copy_(src)
-            synchronize(device)
-            seconds.append((now() - start) / iters)
+        seconds = seconds_per_call(lambda: dst.copy_(src), device, iters, trials)
         rows.append({"bytes": src.numel() * 4, "iterations": iters, "seconds": seconds})
     return rows
 
@@ -65,7 +59,7 @@ def run(device_type: str, device_count: int, *, sizes: Sequence[int] = DEFAULT_S
         threads: int = 1, timeout: float = 240) -> dict[str, Any]:
     """Run the 2-process all_reduce sweep and the memcpy sweep; return the ``collective`` section."""
     world = processes_possible(device_type, device_count)
-    device = torch.device("cpu") if device_type == "cpu" else torch.device(device_type, 0)
+    device = device_of(device_type)
     torch.set_num_threads(threads)
     result: dict[str, Any] = {
         "settings": {"world_size": world, "trials": trials, "dtype": "float32", "threads_per_process": threads,

@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -261,3 +261,23 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 def now() -> float:
     """Monotonic seconds for durations inside one process."""
     return time.perf_counter()
+
+
+def seconds_per_call(call: Callable[[], object], device: Any, iterations: int, trials: int,
+                     before_each: Callable[[], object] | None = None) -> list[float]:
+    """``trials`` timings of ``iterations`` calls of ``call`` on ``device``, each in seconds per call.
+
+    The device's queue is drained before and after each trial (:func:`synchronize`);
+    ``before_each`` runs ahead of each trial, outside the timing (a barrier, for collectives).
+    """
+    seconds = []
+    for _ in range(trials):
+        if before_each is not None:
+            before_each()
+        synchronize(device)
+        start = now()
+        for _ in range(iterations):
+            call()
+        synchronize(device)
+        seconds.append((now() - start) / iterations)
+    return seconds

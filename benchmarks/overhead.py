@@ -53,12 +53,12 @@ def run(device_type: str, *, reps: int = 20, warmup: int = 10, measure: int = 15
         workload: Workload = OVERHEAD, threads: int = 1) -> dict[str, Any]:
     """Run the interleaved comparison and return the ``overhead`` section of the results file."""
     from lightning_anyaccel import AnyAccelerator
-    from lightning_anyaccel.devices import get_spec
+    from lightning_anyaccel.devices import device_of, get_spec
 
     quiet_bench()
     torch.set_num_threads(threads)
     builtin = get_spec(device_type).lightning_builtin
-    device = torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu")
+    device = device_of(device_type)
     classes: dict[str, str] = {}
 
     def plugin(seed: int, count_calls: bool = False) -> tuple[float, float]:

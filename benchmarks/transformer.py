@@ -170,7 +170,7 @@ def run(device_type: str, *, reps: int = 6, warmup: int = 5, measure: int = 30, 
     import transformers
 
     from lightning_anyaccel import AnyAccelerator
-    from lightning_anyaccel.devices import get_spec
+    from lightning_anyaccel.devices import device_of, get_spec
 
     transformers.logging.set_verbosity_error()
     quiet_bench()
@@ -179,7 +179,7 @@ def run(device_type: str, *, reps: int = 6, warmup: int = 5, measure: int = 30, 
     chosen = pick_size(size, device_type)
     precision = "bf16-mixed" if spec.supports_precision("bf16-mixed") else "32-true"
     builtin = spec.lightning_builtin
-    device = torch.device(device_type, 0) if device_type != "cpu" else torch.device("cpu")
+    device = device_of(device_type)
     classes: dict[str, str] = {}
 
     def plugin(seed: int) -> tuple[float, float]:
