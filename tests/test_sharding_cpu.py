@@ -13,7 +13,6 @@ ends decide without starting processes (names, precision, refusals) is tested in
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import json
 from collections.abc import Callable
@@ -23,6 +22,7 @@ import pytest
 import torch
 
 from conftest import ROOT, rank_device, run_python
+from front_ends import FRONT_ENDS
 
 RUN = str(Path(__file__).parent / "scripts" / "shard_run.py")
 #: Wide enough that memory per rank shows the sharding (8.4 M parameters, 34 MB in fp32).
@@ -103,17 +103,16 @@ def _assert_losses(got: list[dict], reference: list[dict]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy, class_name, folder, params_sharded", FORMATS)
-@pytest.mark.parametrize("front_end", ["trainer", "fabric"])
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
 def test_sharded_training_matches_ddp_and_resumes(job, front_end, strategy, class_name, folder, params_sharded):
     """Resuming is compared with DDP resumed the same way, not with an uninterrupted run: Lightning
     restarts the data at an epoch-end checkpoint differently than it continues a running fit."""
-    root = job(front_end)
+    root = job(front_end.name)
     ddp, ddp_resumed = _ranks(root / "out" / "ddp"), _ranks(root / "out" / "ddp" / "resumed")
     # the reference resumed trained weights: a fresh start (same seed) would repeat the first losses
     assert all(abs(r["losses"][0] - f["losses"][0]) > 1e-3 for r, f in zip(ddp_resumed, ddp)), (ddp_resumed, ddp)
     first, second = _ranks(root / "out" / strategy), _ranks(root / "out" / strategy / "resumed")
-    package = "lightning_anyaccel.fabric" if front_end == "fabric" else "lightning_anyaccel"
-    cls = getattr(importlib.import_module(package), class_name)
+    cls = getattr(front_end.package, class_name)
     assert {r["strategy"] for r in first} == {f"{cls.__module__}.{cls.__name__}"}
     total = first[0]["total_numel"]
     assert ddp[0]["param_numel"] == total  # DDP: every rank holds everything
@@ -145,10 +144,10 @@ def test_sharded_training_matches_ddp_and_resumes(job, front_end, strategy, clas
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("front_end", ["trainer", "fabric"])
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
 def test_fsdp2_builds_its_mesh_on_the_device(job, front_end):
     """Lightning builds FSDP2's device mesh on "cuda"; the package builds it on the device trained on."""
-    records = _ranks(job(front_end) / "out" / "fsdp2")
+    records = _ranks(job(front_end.name) / "out" / "fsdp2")
     assert {r["mesh_device_type"] for r in records} == {"cpu"}
 
 
