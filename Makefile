@@ -74,7 +74,7 @@ PYTEST := $(LEAN_IMPORTS) $(PYTHON) -m pytest
 test: install
 	@$(MAKE) --no-print-directory -j2 emulator typecheck
 	$(PYTEST) -n $(TEST_WORKERS)
-	@[ -x /usr/bin/chromium ] || $(PYTEST) --nbmake notebooks/ --timeout 600
+	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:acme -q
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS) and not test_workloads"
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)"
