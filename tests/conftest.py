@@ -118,6 +118,8 @@ def pytest_configure(config: pytest.Config) -> None:
     global _DEVICE
     config.addinivalue_line("markers", "device_generic: trains on the device given by --device (run again per device)")
     config.addinivalue_line("markers", "needs_devices(n): skipped where the device under test has fewer than n devices")
+    config.addinivalue_line("markers", "feature(name, ...): the support matrix feature(s) a pass of this test proves"
+                                       " (tests/validation_record.py gives credit only through this marker)")
     _DEVICE = _setup_device(config.getoption("--device"))
     if config.getoption("--validation-record"):
         from validation_record import COLLECTOR
