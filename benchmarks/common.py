@@ -222,6 +222,50 @@ def device_info(device_type: str) -> dict[str, Any]:
     return info
 
 
+#: Where a copy of the checkout without ``.git`` (a device machine's copy) takes its commit from.
+COMMIT_ENV = "LIGHTNING_ANYACCEL_COMMIT"
+
+
+def source_revision() -> dict[str, Any]:
+    """The commit the benchmarks ran from and whether the tree had changes (``git``), else ``$LIGHTNING_ANYACCEL_COMMIT``.
+
+    A copy without ``.git`` whose variable is unset gives ``{"commit": None}``: the results file
+    then says the code is unknown rather than guessing.
+    """
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is not None:
+        status = git("status", "--porcelain", "--untracked-files=no")
+        return {"commit": commit, "clean": status == "", "from": "git"}
+    given = os.environ.get(COMMIT_ENV, "").strip()
+    if given:
+        commit, _, state = given.partition(":")
+        return {"commit": commit, "clean": state != "dirty", "from": COMMIT_ENV}
+    return {"commit": None, "clean": None, "from": None}
+
+
+def device_versions(device_type: str) -> dict[str, str]:
+    """The device runtime torch was built for and the driver, where torch or the vendor's library tells."""
+    import torch
+
+    versions = {f"{name}_runtime": str(value) for name in ("cuda", "hip", "xpu")
+                if (value := getattr(torch.version, name, None))}
+    try:  # NVIDIA's management library (nvidia-ml-py) names the driver; other vendors' builds lack it
+        import pynvml
+
+        pynvml.nvmlInit()
+        versions["driver"] = str(pynvml.nvmlSystemGetDriverVersion())
+    except Exception:
+        pass
+    return versions
+
+
 def metadata(device_type: str) -> dict[str, Any]:
     """Machine, versions, device and date for a results file."""
     import lightning
@@ -245,7 +289,9 @@ def metadata(device_type: str) -> dict[str, Any]:
             "torch": torch.__version__,
             "lightning": lightning.__version__,
             "lightning_anyaccel": lightning_anyaccel.__version__,
+            **device_versions(device_type),
         },
+        "source": source_revision(),
         "device": device_info(device_type),
     }
 

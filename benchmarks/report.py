@@ -345,12 +345,32 @@ def where_and_when(doc: dict[str, Any]) -> str:
                 f" {m['memory_gib']} GiB"),
         ("OS", f"{m['os']} ({m['arch']})"),
         ("versions", f"Python {v['python']}, torch {v['torch']}, lightning {v['lightning']},"
-                     f" lightning-anyaccel {v['lightning_anyaccel']}"),
+                     f" lightning-anyaccel {v['lightning_anyaccel']}"
+                     + "".join(f", {k.replace('_', ' ')} {v[k]}" for k in ("cuda_runtime", "hip_runtime",
+                                                                            "xpu_runtime", "driver") if v.get(k))),
+        ("code", source_cell(meta.get("source"))),
         ("run", f"mode `{meta['settings']['mode']}`, {meta['runtime_s']:.0f} s in all"),
+        *([("sections", sections_cell(doc))] if sections_cell(doc) else []),
         ("machine load", f"load average (1/5/15 min) {meta.get('load_average_before')} before,"
                          f" {meta.get('load_average_after')} after, on {meta['machine'].get('cpu_cores_logical') or 1}"
                          f" cores; after each section: {after}"),
     ])
+
+
+def source_cell(source: dict[str, Any] | None) -> str:
+    """The commit a run measured, and whether the tree had uncommitted changes."""
+    if not source or not source.get("commit"):
+        return "commit not recorded"
+    state = "clean tree" if source.get("clean") else "uncommitted changes in the tree"
+    return f"commit `{source['commit'][:12]}` ({state})"
+
+
+def sections_cell(doc: dict[str, Any]) -> str:
+    """Which run each section comes from, when the file merges runs (``python -m benchmarks --merge``); else ''."""
+    runs = {n: doc[n]["run"] for n in SECTION_NAMES if n in doc and "run" in doc[n]}
+    if len({(r.get("date"), (r.get("source") or {}).get("commit")) for r in runs.values()}) < 2:
+        return ""
+    return "; ".join(f"{n}: {r['date']}, {source_cell(r.get('source'))}" for n, r in runs.items())
 
 
 def _noise(doc: dict[str, Any]) -> dict[str, Any]:
@@ -375,6 +395,14 @@ def goals_at_a_glance(doc: dict[str, Any]) -> str:
                      spread(pr["cpu_per_round"]) if "cpu_per_round" in pr else "–",
                      "same" if c.get("plugin") and c.get("plugin") == c.get("builtin") else "–",
                      verdict({"goal": ov["goal_plugin_over_builtin"], **pr["per_round"]}, values)])
+    tr = doc.get("transformer", {})
+    if "plugin/builtin" in tr.get("ratios", {}):
+        pr = tr["ratios"]["plugin/builtin"]
+        values = pr["per_round"].get("values")
+        rows.append([f"GPT-2 ({tr['workload']['name']}), tokens/s: plugin / Lightning's accelerator",
+                     f"≥ {tr['goal_plugin_over_builtin']}", spread(pr["per_round"]), ci_cell(values),
+                     spread(pr["cpu_per_round"]) if "cpu_per_round" in pr else "–", "–",
+                     verdict({"goal": tr["goal_plugin_over_builtin"], **pr["per_round"]}, values)])
     for fam, r in doc.get("strategies", {}).get("families", {}).items():
         label = FAMILY_LABELS.get(fam, fam)
         for key, text in (("plugin/lightning", "plugin / Lightning's strategy"),
@@ -428,6 +456,23 @@ def transformer_table(tr: dict[str, Any]) -> str:
         ([VARIANT_LABELS.get(name, name), f"`{tr['classes'].get(name, '')}`", f"{t['median']:,.0f}",
           f"{t['q1']:,.0f}–{t['q3']:,.0f}", pct(t["iqr_rel"]), pct(mfu[name]) if name in mfu else "n/a (peak unknown)"]
          for name, t in tr["tokens_per_s"].items()))
+
+
+def transformer_compiled_table(tr: dict[str, Any]) -> str:
+    """Eager and ``torch.compile`` tokens/s side by side (plugin and plain loop); '' when not run."""
+    c = tr.get("compiled") or {}
+    if "tokens_per_s" not in c:
+        return ""
+    eager, mfu, c_mfu = tr["tokens_per_s"], tr.get("mfu") or {}, c.get("mfu") or {}
+    rows = []
+    for base, label in (("plugin", "AnyAccelerator (plugin), Trainer"), ("plain", "plain PyTorch loop")):
+        comp = c["tokens_per_s"][f"{base}_compiled"]
+        rows.append([label, f"{eager[base]['median']:,.0f}", f"{comp['median']:,.0f}",
+                     f"{comp['min']:,.0f}–{comp['max']:,.0f}", f"{c['compiled_over_eager'][base]:.2f}",
+                     pct(mfu[base]) if base in mfu else "n/a",
+                     pct(c_mfu[f"{base}_compiled"]) if f"{base}_compiled" in c_mfu else "n/a"])
+    return table(("variant", "eager tokens/s (median)", "compiled tokens/s (median)", "compiled min–max",
+                  "compiled / eager", "eager MFU", "compiled MFU"), rows)
 
 
 def transformer_ratio_table(tr: dict[str, Any]) -> str:
@@ -558,7 +603,8 @@ def _environment() -> jinja2.Environment:
     env.filters.update(spread=spread, pct=pct, size=size, fmt=format, code=lambda name: f"`{name}`")
     env.globals.update(VARIANT_LABELS=VARIANT_LABELS, STRATEGY_VARIANTS=STRATEGY_VARIANTS, **{
         f.__name__: f for f in (where_and_when, goals_at_a_glance, overhead_table, overhead_ratio_table,
-                                overhead_verdict, transformer_table, transformer_ratio_table, strategies_table,
+                                overhead_verdict, transformer_table, transformer_ratio_table, transformer_compiled_table,
+                                strategies_table,
                                 strategy_ratio_table, has_median_step, where_time_goes, spread_vs_steps_table,
                                 knobs_table, knob_effects, collective_table, first_step_table, device_module_table,
                                 differing_functions_table)})

@@ -13,6 +13,7 @@ accelerator). A results file holds one run on one machine; ratios are only ever 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import traceback
@@ -41,7 +42,8 @@ class Settings:
     transformer_reps: int = 20  # enough rounds for the median's interval to exclude the goal at ~3 % noise
     transformer_warmup: int = 5
     transformer_measure: int = 60
-    transformer_size: str = "auto"  # benchmarks.transformer.SIZES: gpt2-small on accelerators, cpu-small on CPU
+    transformer_size: str = "auto"  # benchmarks.transformer.SIZES: gpt2-small-1k on accelerators, cpu-small on CPU
+    transformer_compiled_reps: int = 5  # rounds of the torch.compile variants (where Inductor compiles); 0: none
     strategy_rounds: int = 6  # the fewest rounds that give the median a 95 % interval (report.median_ci)
     strategy_warmup: int = 5
     strategy_measure: int = 50
@@ -58,11 +60,13 @@ class Settings:
 
 
 QUICK = Settings(mode="quick", overhead_reps=6, overhead_measure=60, transformer_reps=2, transformer_measure=10,
+                 transformer_compiled_reps=0,
                  strategy_rounds=2, strategy_measure=20,
                  strategy_scale=0.5, knob_rounds=1, knob_measure=5, knob_scale=0.5,
                  collective_sizes=(4096, 262144, 4194304), collective_trials=2, first_step_reps=1)
 #: For the smoke test: every code path, tiny sizes, seconds not minutes.
 TINY = Settings(mode="tiny", overhead_reps=1, overhead_warmup=2, overhead_measure=3, transformer_reps=1,
+                transformer_compiled_reps=0,
                 transformer_warmup=1, transformer_measure=2, transformer_size="tiny", strategy_rounds=1,
                 strategy_warmup=1, strategy_measure=3, strategy_scale=0.05, knob_rounds=1, knob_measure=2,
                 knob_scale=0.05, knobs=("static_graph",), collective_sizes=(4096, 65536), collective_trials=1,
@@ -91,7 +95,8 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
             measure=settings.overhead_measure, workload=scaled(OVERHEAD, 0.1) if tiny else OVERHEAD),
         "transformer": lambda: transformer.run(
             device_type, reps=settings.transformer_reps, warmup=settings.transformer_warmup,
-            measure=settings.transformer_measure, size=settings.transformer_size),
+            measure=settings.transformer_measure, size=settings.transformer_size,
+            compiled_reps=settings.transformer_compiled_reps, log=log),
         "strategies": lambda: strategies.run(
             device_type, count, rounds=settings.strategy_rounds, warmup=settings.strategy_warmup,
             measure=settings.strategy_measure, scale=settings.strategy_scale,
@@ -116,6 +121,7 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
             doc[name] = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-4000:]}
             log(f"[bench] {name} FAILED: {err}")
         doc[name]["runtime_s"] = round(time.perf_counter() - t, 1)
+        doc[name]["run"] = {"date": doc["meta"]["date"], "source": doc["meta"].get("source")}
         doc[name]["load_average_after"] = load_average()
         log(f"[bench] {name} done in {doc[name]['runtime_s']} s")
     torch.set_num_threads(threads_before)
@@ -135,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None,
                         help="emulated:NAME runs everything on the tests' emulated device NAME (tests/emulator);"
                              " otherwise the device torch.accelerator reports (give its type to check it)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the other sections of an existing results file (same device type): the page then"
+                             " says which run each section comes from")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override one field of the mode's Settings (e.g. strategy_measure=300); repeatable")
     args = parser.parse_args(argv)
@@ -149,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     doc["meta"]["overrides"] = list(args.set)  # the --set fields, to reproduce the run
     if args.out is None:
         args.out = results_for(doc["meta"]["device"]["type"])
+    if args.merge and args.out.exists():
+        doc = merged(json.loads(args.out.read_text()), doc)
     write_json(args.out, doc)
     print(f"[bench] wrote {args.out} ({doc['meta']['runtime_s']} s)")
     if not args.no_report:
@@ -161,6 +172,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] FAILED sections: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def merged(earlier: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with the sections it did not run taken from ``earlier`` (a results file of the same device type).
+
+    Each section keeps the ``run`` (date, commit) it was measured in; the metadata is ``doc``'s.
+
+    Raises:
+        ValueError: ``earlier`` is another schema or another device type.
+    """
+    if earlier.get("schema") != doc["schema"] or earlier["meta"]["device"]["type"] != doc["meta"]["device"]["type"]:
+        raise ValueError("--merge: the existing results file is of another schema or device type")
+    kept = {name: earlier[name] for name in SECTIONS if name in earlier and name not in doc}
+    for name, section in kept.items():
+        section.setdefault("run", {"date": earlier["meta"]["date"], "source": earlier["meta"].get("source")})
+    return {**doc, **kept}
 
 
 def _override(parser: argparse.ArgumentParser, settings: Settings, pairs: list[str]) -> Settings:

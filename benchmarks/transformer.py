@@ -8,9 +8,18 @@ strategy, and a plain PyTorch loop. Repetitions are interleaved (A B C A B C ...
 :mod:`benchmarks.overhead`, and the goal is the same: the median of the per-round
 plugin/Lightning ratios >= 0.99.
 
-Sizes: :data:`SIZES`. ``"auto"`` picks ``gpt2-small`` (124 M parameters, 8 x 512 tokens per step)
-on an accelerator, so that a step is bound by the device and not by Python, and ``cpu-small``
-(2 blocks of width 128, 8 x 64 tokens) on CPU, to keep ``make bench`` near 10 minutes.
+Sizes: :data:`SIZES`. ``"auto"`` picks ``gpt2-small-1k`` (124 M parameters, 16 x 1024 tokens per
+step: GPT-2's own context length) on an accelerator, so that a step is bound by the device and not by
+Python, and ``cpu-small`` (2 blocks of width 128, 8 x 64 tokens) on CPU, to keep ``make bench`` near
+10 minutes. Whether the step really is device-bound is measured, not assumed: one extra run of the
+plugin variant under ``torch.profiler`` (:func:`device_busy`) sums the device's kernel time over a
+few steps and divides it by their wall-clock time.
+
+``torch.compile``: where Inductor has a code generator for the device
+(:func:`lightning_anyaccel.compilation.inductor_supports`), two more variants train the same
+model compiled — the plugin's Trainer with the GPT-2 module compiled by
+:func:`lightning_anyaccel.compile`, and the plain loop with ``torch.compile`` — interleaved with
+each other after the eager rounds, so the page shows compiled tokens/s beside the eager ones.
 
 Model FLOPs utilisation (MFU) is ``6 N + 12 L d T`` FLOPs per token (N parameters, L blocks,
 width d, T tokens per sequence: forward and backward, attention included) times tokens/s, over
@@ -24,6 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+from lightning.pytorch import Callback
 
 from benchmarks.common import interleave, now, plugin_ratios, quiet_bench, summarize, synchronize
 from benchmarks.models import StepTimer
@@ -61,6 +71,7 @@ class TransformerSize:
 
 
 SIZES: dict[str, TransformerSize] = {
+    "gpt2-small-1k": TransformerSize("gpt2-small-1k", layers=12, width=768, heads=12, seq=1024, batch=16),
     "gpt2-small": TransformerSize("gpt2-small", layers=12, width=768, heads=12, seq=512, batch=8),
     "cpu-small": TransformerSize("cpu-small", layers=2, width=128, heads=4, seq=64, batch=8, vocab=4096),
     "tiny": TransformerSize("tiny", layers=1, width=32, heads=2, seq=16, batch=2, vocab=256),
@@ -68,9 +79,13 @@ SIZES: dict[str, TransformerSize] = {
 
 
 def pick_size(name: str, device_type: str) -> TransformerSize:
-    """``"auto"``: ``cpu-small`` on CPU, ``gpt2-small`` on an accelerator; else the size of that name."""
+    """``"auto"``: ``cpu-small`` on CPU, ``gpt2-small-1k`` on an accelerator; else the size of that name.
+
+    >>> pick_size("auto", "cpu").name
+    'cpu-small'
+    """
     if name == "auto":
-        return SIZES["cpu-small" if device_type == "cpu" else "gpt2-small"]
+        return SIZES["cpu-small" if device_type == "cpu" else "gpt2-small-1k"]
     return SIZES[name]
 
 
@@ -104,13 +119,18 @@ def _tokens(size: TransformerSize, steps: int, seed: int) -> torch.Tensor:
     return torch.randint(0, size.vocab, (steps * size.batch, size.seq), generator=g)
 
 
-def _module(size: TransformerSize) -> Any:
+def _module(size: TransformerSize, compiled: bool = False) -> Any:
     from lightning.pytorch import LightningModule
 
     class GPT2Bench(LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.model = build_model(size)
+            model = build_model(size)
+            if compiled:
+                from lightning_anyaccel import compile as compile_for_device
+
+                model = compile_for_device(model, device_type=_DEVICE_TYPE[0], fallback=False)
+            self.model = model
 
         def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
             return self.model(input_ids=batch, labels=batch).loss
@@ -121,29 +141,70 @@ def _module(size: TransformerSize) -> Any:
     return GPT2Bench()
 
 
+#: The device type of the running benchmark, for the compiled module (set by :func:`run`).
+_DEVICE_TYPE: list[str] = ["cpu"]
+
+
+class DeviceBusy(Callback):
+    """A Lightning callback that profiles steps ``start .. start+steps-1`` and reports the device's busy share.
+
+    ``busy`` is the summed self time of the device's kernels and copies (``torch.profiler``, with
+    the device's profiler activity from the device table) over the wall-clock time of those steps,
+    the device synchronised at both ends: near 1 when the device never waits for the host (the
+    step is bound by the device), well below 1 when Python launches work slower than it runs.
+    """
+
+    def __init__(self, activity: str, start: int, steps: int) -> None:
+        super().__init__()
+        self.activity, self.start, self.steps = activity, start, steps
+        self.busy: float | None = None
+        self._prof: Any = None
+        self._t0 = 0.0
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if batch_idx == self.start:
+            from torch.profiler import ProfilerActivity, profile
+
+            synchronize(pl_module.device)
+            self._prof = profile(activities=[getattr(ProfilerActivity, self.activity)])
+            self._prof.__enter__()
+            self._t0 = now()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if batch_idx == self.start + self.steps - 1 and self._prof is not None:
+            synchronize(pl_module.device)
+            wall = now() - self._t0
+            self._prof.__exit__(None, None, None)
+            device_us = sum(getattr(e, "self_device_time_total", 0.0) for e in self._prof.key_averages())
+            self.busy = device_us / 1e6 / wall
+
+
 def _fit(accelerator: Any, strategy: Any, size: TransformerSize, precision: str, warmup: int, measure: int,
-         seed: int) -> tuple[tuple[float, float], str]:
+         seed: int, compiled: bool = False, busy: DeviceBusy | None = None) -> tuple[tuple[float, float], str]:
     from lightning.pytorch import Trainer
     from torch.utils.data import DataLoader
 
     torch.manual_seed(seed)
     timer = StepTimer(warmup, measure)
+    callbacks: list[Callback] = [timer] + ([busy] if busy is not None else [])
     trainer = Trainer(
         accelerator=accelerator, strategy=strategy, devices=1, precision=precision, max_steps=warmup + measure,
         max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, callbacks=[timer],
+        enable_model_summary=False, num_sanity_val_steps=0, callbacks=callbacks,
     )
-    trainer.fit(_module(size), DataLoader(_tokens(size, warmup + measure, seed), batch_size=size.batch))
+    trainer.fit(_module(size, compiled), DataLoader(_tokens(size, warmup + measure, seed), batch_size=size.batch))
     return (timer.steps_per_s, timer.cpu_steps_per_s), f"{type(trainer.accelerator).__name__}/{type(trainer.strategy).__name__}"
 
 
 def plain_loop(size: TransformerSize, device: torch.device, precision: str, warmup: int, measure: int,
-               seed: int = 0) -> tuple[float, float]:
+               seed: int = 0, compiled: bool = False) -> tuple[float, float]:
     """(steps/s, steps per CPU-second) of a hand-written loop doing the Lightning variants' work."""
     torch.manual_seed(seed)
     model = build_model(size).to(device)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if compiled:
+        model = torch.compile(model)
     autocast = precision == "bf16-mixed"
     start = cpu_start = 0.0
     for i, batch in enumerate(_tokens(size, warmup + measure, seed).split(size.batch)):
@@ -160,9 +221,24 @@ def plain_loop(size: TransformerSize, device: torch.device, precision: str, warm
     return measure / (now() - start), measure / (time.process_time() - cpu_start)
 
 
+def _logged(variants: dict[str, Any], log: Any) -> dict[str, Any]:
+    """``variants`` with each run's steps/s logged (a long GPU run shows its progress)."""
+    def wrap(name: str, fn: Any) -> Any:
+        def logged(seed: int) -> tuple[float, float]:
+            wall, cpu = fn(seed)
+            log(f"[bench] transformer round {seed}: {name} {wall:.3f} steps/s")
+            return wall, cpu
+        return logged
+    return {name: wrap(name, fn) for name, fn in variants.items()}
+
+
 def run(device_type: str, *, reps: int = 6, warmup: int = 5, measure: int = 30, size: str = "auto",
-        threads: int = 1) -> dict[str, Any]:
-    """Run the interleaved comparison and return the ``transformer`` section of the results file."""
+        threads: int = 1, compiled_reps: int = 0, log: Any = print) -> dict[str, Any]:
+    """Run the interleaved comparison and return the ``transformer`` section of the results file.
+
+    ``compiled_reps`` rounds of the two compiled variants follow, where Inductor compiles for the
+    device (0: none).
+    """
     import importlib.util
 
     if importlib.util.find_spec("transformers") is None:
@@ -170,6 +246,7 @@ def run(device_type: str, *, reps: int = 6, warmup: int = 5, measure: int = 30, 
     import transformers
 
     from lightning_anyaccel import AnyAccelerator
+    from lightning_anyaccel.compilation import inductor_supports
     from lightning_anyaccel.devices import device_of, get_spec
 
     transformers.logging.set_verbosity_error()
@@ -180,6 +257,7 @@ def run(device_type: str, *, reps: int = 6, warmup: int = 5, measure: int = 30, 
     precision = "bf16-mixed" if spec.supports_precision("bf16-mixed") else "32-true"
     builtin = spec.lightning_builtin
     device = device_of(device_type)
+    _DEVICE_TYPE[0] = device_type
     classes: dict[str, str] = {}
 
     def plugin(seed: int) -> tuple[float, float]:
@@ -198,7 +276,47 @@ def run(device_type: str, *, reps: int = 6, warmup: int = 5, measure: int = 30, 
     variants = {"plugin": plugin, **({"builtin": lightning_builtin} if builtin else {}), "plain": plain}
     for fn in variants.values():  # one untimed round: first-use costs (allocator, kernels) land here
         fn(0)
-    samples, cpu_samples, order = interleave(variants, reps, first=1)
+    samples, cpu_samples, order = interleave(_logged(variants, log), reps, first=1)
+
+    busy: dict[str, Any] = {}
+    if spec.profiler_activity and not spec.host:  # one more plugin run, under the profiler (untimed)
+        probe = DeviceBusy(spec.profiler_activity, start=warmup, steps=min(5, measure))
+        try:
+            _fit(AnyAccelerator(device_type), "any_single", chosen, precision, warmup, measure, 0, busy=probe)
+            busy = {"plugin": probe.busy, "steps": probe.steps}
+        except Exception as err:  # the profiler is optional evidence: never lose the timings over it
+            busy = {"error": f"{type(err).__name__}: {err}"}
+        log(f"[bench] transformer: device busy {busy}")
+
+    compiled: dict[str, Any] = {}
+    if compiled_reps and not inductor_supports(device_type):
+        compiled = {"skipped": f"Inductor has no code generator for {device_type!r} (docs/limitations.md)"}
+    elif compiled_reps:
+        def plugin_compiled(seed: int) -> tuple[float, float]:
+            sps, classes["plugin_compiled"] = _fit(AnyAccelerator(device_type), "any_single", chosen, precision,
+                                                   warmup, measure, seed, compiled=True)
+            return sps
+
+        def plain_compiled(seed: int) -> tuple[float, float]:
+            classes["plain_compiled"] = "torch loop, torch.compile"
+            return plain_loop(chosen, device, precision, warmup, measure, seed, compiled=True)
+
+        compiled_variants = {"plugin_compiled": plugin_compiled, "plain_compiled": plain_compiled}
+        started = now()
+        for fn in compiled_variants.values():  # compiles (untimed)
+            fn(0)
+        compile_s = now() - started
+        c_samples, c_cpu, c_order = interleave(_logged(compiled_variants, log), compiled_reps, first=1)
+        compiled = {
+            "reps": compiled_reps, "order": c_order, "first_round_s": round(compile_s, 1),
+            "steps_per_s": {name: summarize(vals) for name, vals in c_samples.items()},
+            "tokens_per_s": {name: summarize([v * chosen.tokens_per_step for v in vals])
+                             for name, vals in c_samples.items()},
+            "compiled_over_eager": {
+                "plugin": summarize(c_samples["plugin_compiled"])["median"] / summarize(samples["plugin"])["median"],
+                "plain": summarize(c_samples["plain_compiled"])["median"] / summarize(samples["plain"])["median"],
+            },
+        }
 
     params = sum(p.numel() for p in build_model(chosen).parameters())
     device_name, peak = peak_tflops(device_type)
@@ -219,7 +337,11 @@ def run(device_type: str, *, reps: int = 6, warmup: int = 5, measure: int = 30, 
                 if peak else None),
         "goal_plugin_over_builtin": GOAL,
         "ratios": plugin_ratios(samples, cpu_samples),
+        "device_busy": busy,
+        "compiled": compiled,
     }
+    if compiled.get("tokens_per_s") and peak:
+        compiled["mfu"] = {name: t["median"] * per_token / (peak * 1e12) for name, t in compiled["tokens_per_s"].items()}
     if "builtin" in samples:
         result["goal_met"] = result["ratios"]["plugin/builtin"]["per_round"]["median"] >= GOAL
     else:
