@@ -227,11 +227,17 @@ COMMIT_ENV = "LIGHTNING_ANYACCEL_COMMIT"
 
 
 def source_revision() -> dict[str, Any]:
-    """The commit the benchmarks ran from and whether the tree had changes (``git``), else ``$LIGHTNING_ANYACCEL_COMMIT``.
+    """The commit the benchmarks ran from: ``$LIGHTNING_ANYACCEL_COMMIT`` when set, else ``git``.
 
-    A copy without ``.git`` whose variable is unset gives ``{"commit": None}``: the results file
-    then says the code is unknown rather than guessing.
+    The variable (``<commit>``, or ``<commit>:dirty``) comes first: a copy of the checkout sent to
+    another machine may carry a ``.git`` of an older commit. Without either, ``{"commit": None}``:
+    the results file then says the code is unknown rather than guessing.
     """
+    given = os.environ.get(COMMIT_ENV, "").strip()
+    if given:
+        commit, _, state = given.partition(":")
+        return {"commit": commit, "clean": state != "dirty", "from": COMMIT_ENV}
+
     def git(*args: str) -> str | None:
         try:
             out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
@@ -240,14 +246,9 @@ def source_revision() -> dict[str, Any]:
         return out.stdout.strip() if out.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    if commit is not None:
-        status = git("status", "--porcelain", "--untracked-files=no")
-        return {"commit": commit, "clean": status == "", "from": "git"}
-    given = os.environ.get(COMMIT_ENV, "").strip()
-    if given:
-        commit, _, state = given.partition(":")
-        return {"commit": commit, "clean": state != "dirty", "from": COMMIT_ENV}
-    return {"commit": None, "clean": None, "from": None}
+    if commit is None:
+        return {"commit": None, "clean": None, "from": None}
+    return {"commit": commit, "clean": git("status", "--porcelain", "--untracked-files=no") == "", "from": "git"}
 
 
 def device_versions(device_type: str) -> dict[str, str]:

@@ -187,7 +187,9 @@ def merged(earlier: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
     kept = {name: earlier[name] for name in SECTIONS if name in earlier and name not in doc}
     for name, section in kept.items():
         section.setdefault("run", {"date": earlier["meta"]["date"], "source": earlier["meta"].get("source")})
-    return {**doc, **kept}
+    corrections = earlier["meta"].get("corrections", []) if kept else []
+    meta = {**doc["meta"], **({"corrections": corrections} if corrections else {})}
+    return {**doc, **kept, "meta": meta}
 
 
 def _override(parser: argparse.ArgumentParser, settings: Settings, pairs: list[str]) -> Settings:
