@@ -195,3 +195,36 @@ def test_median_interval_is_the_order_statistic_interval() -> None:
     for values in samples:
         assert report.median_ci(values) == _order_statistic_interval(values), values
     assert report.median_ci([1.0, 2.0, 3.0, 4.0, 5.0]) is None and report.median_ci([]) is None
+
+
+def test_results_name_the_commit_given_over_a_stale_git(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of the checkout sent to another machine (a lent GPU) may carry the ``.git`` of an older
+    commit: the commit it is given in ``$LIGHTNING_ANYACCEL_COMMIT`` wins over what ``git`` reports."""
+    from benchmarks.common import COMMIT_ENV, source_revision
+
+    from_git = source_revision()
+    assert from_git["from"] == "git" and len(from_git["commit"]) == 40  # this test runs in a git checkout
+    monkeypatch.setenv(COMMIT_ENV, "0123456789abcdef0123456789abcdef01234567")
+    assert source_revision() == {"commit": "0123456789abcdef0123456789abcdef01234567", "clean": True,
+                                 "from": COMMIT_ENV}
+    monkeypatch.setenv(COMMIT_ENV, "0123abc:dirty")
+    assert source_revision()["clean"] is False
+
+
+def test_merged_results_keep_each_sections_run() -> None:
+    """``--merge``: the sections not run again keep their own date and commit, and the page says which is which."""
+    from benchmarks.report import sections_cell
+    from benchmarks.run import merged
+
+    def doc(date: str, commit: str, sections: tuple[str, ...]) -> dict[str, Any]:
+        meta = {"date": date, "source": {"commit": commit, "clean": True}, "device": {"type": "cuda"}}
+        return {"schema": SCHEMA, "meta": meta, **{s: {"run": {"date": date, "source": meta["source"]}} for s in sections}}
+
+    earlier = doc("2026-01-01", "a" * 40, ("transformer", "overhead"))
+    earlier["meta"]["corrections"] = ["a correction"]
+    both = merged(earlier, doc("2026-01-02", "b" * 40, ("overhead", "strategies")))
+    assert both["transformer"]["run"]["date"] == "2026-01-01" and both["overhead"]["run"]["date"] == "2026-01-02"
+    assert both["meta"]["corrections"] == ["a correction"]
+    assert "transformer: 2026-01-01, commit `aaaaaaaaaaaa`" in sections_cell(both)
+    with pytest.raises(ValueError, match="device type"):
+        merged({**earlier, "meta": {**earlier["meta"], "device": {"type": "xpu"}}}, both)

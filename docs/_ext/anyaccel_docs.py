@@ -424,7 +424,7 @@ class BenchmarkSummary(SphinxDirective):
 
 
 def _benchmark_sentence(doc: dict[str, Any], device_type: str) -> str:
-    """``cuda`` (NVIDIA H100, 2026-11-22): one device 0.96 x Lightning's own accelerator ..., same calls."""
+    """``cuda`` (NVIDIA H200, 2026-11-26): one device 1.01 x Lightning's own accelerator ..., GPT-2 1.00 x ..."""
     meta, overhead = doc.get("meta", {}), doc.get("overhead", {})
     ratio = overhead.get("ratios", {}).get("plugin/builtin", {}).get("per_round")
     if not ratio:
@@ -437,6 +437,11 @@ def _benchmark_sentence(doc: dict[str, Any], device_type: str) -> str:
     calls = overhead.get("calls_per_step", {})
     if calls.get("plugin") and calls.get("plugin") == calls.get("builtin"):
         parts.append(f"with exactly the same number of Python calls per step ({calls['plugin']:,.0f})")
+    transformer = doc.get("transformer", {})
+    gpt2 = transformer.get("ratios", {}).get("plugin/builtin", {}).get("per_round")
+    if gpt2:
+        parts.append(f"GPT-2 ({transformer['workload']['name']}): {gpt2['median']:.3f} x Lightning's tokens per"
+                     f" second (rounds {gpt2['min']:.3f}-{gpt2['max']:.3f})")
     strategies = doc.get("strategies", {})
     ddp = strategies.get("families", {}).get("ddp", {}).get("ratios", {}).get("plugin/lightning", {}).get("per_round")
     if ddp:
