@@ -69,36 +69,6 @@ def test_build_is_cached():
     assert Path(lib).parent.name.startswith("torch-")
 
 
-def test_validation_record_says_what_ran(tmp_path):
-    """The record `--validation-record` writes: counts, failed tests, features by test name, level."""
-    import tomllib
-
-    from conftest import DeviceUnderTest
-    from validation_record import _toml_value, build_record
-
-    outcomes = {"tests/test_trainer_cpu.py::test_ddp_two_processes[trainer-any_ddp]": "passed",
-                "tests/test_trainer_cpu.py::test_bf16_mixed_autocast_active_in_training_step": "passed",
-                "tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp]": "passed",
-                "tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp2]": "failed",
-                "tests/test_trainer_cpu.py::test_fork_refused_after_the_parent_initialised_the_device": "skipped"}
-    record = build_record(DeviceUnderTest(type="cpu", emulated=False, backend="gloo", spec="cpu"), outcomes, "pytest")
-    assert (record["passed"], record["failed"], record["skipped"]) == (3, 1, 1)
-    assert record["failed_tests"] == ["tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp2]"]
-    assert record["features"]["ddp"] == "passed" and record["features"]["fsdp2"] == "failed"
-    assert record["features"]["fsdp"] == "passed"  # the 2-process FSDP test counts as FSDP
-    assert "fork_safety" not in record["features"]  # skipped tests prove nothing
-    text = "[devices.cpu.hardware]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in record.items())
-    assert tomllib.loads(text)["devices"]["cpu"]["hardware"]["features"]["mixed_precision"] == "passed"
-    # a machine with one device: the 2-process tests skip, the 1-process ones pass and say so
-    one = {"tests/test_trainer_cpu.py::test_ddp_two_processes[trainer-any_ddp]": "skipped",
-           "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine[ddp]": "passed",
-           "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine[fsdp]": "passed",
-           "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine[fsdp2]": "failed"}
-    features = build_record(DeviceUnderTest(type="cpu", emulated=False, backend="gloo", spec="cpu"), one,
-                            "pytest")["features"]
-    assert features == {"ddp": "passed (1 process)", "fsdp": "passed (1 process)", "fsdp2": "failed"}
-
-
 def test_support_matrix_levels_come_from_validation_toml():
     """The docs' three levels: nothing claims more than its level's sub-table of validation.toml says."""
     import importlib.util

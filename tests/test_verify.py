@@ -9,6 +9,7 @@ import pytest
 from lightning_anyaccel import verify
 
 
+@pytest.mark.feature("verify")
 def test_verify_passes_on_cpu(python_runner):
     proc = python_runner(["-m", "lightning_anyaccel.verify"], timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:]
@@ -22,6 +23,7 @@ def test_verify_passes_on_cpu(python_runner):
 
 @pytest.mark.slow
 @pytest.mark.device_generic
+@pytest.mark.feature("verify")
 def test_verify_passes_on_the_device_under_test(python_runner, device):
     """`python -m lightning_anyaccel.verify --device <type>` is green on the device under test."""
     if device.is_cpu:
@@ -72,7 +74,7 @@ def test_failed_check_fails_the_report(monkeypatch):
     assert verify.main(["--device", "cpu"]) == 1
 
 
-@pytest.mark.parametrize("module", ["devices", "optimizer_params", "verify", "runtime", "precision", "distributed", "checkpoint", "accelerator",
+@pytest.mark.parametrize("module", ["devices", "optimizer_params", "verify", "records", "runtime", "precision", "distributed", "checkpoint", "accelerator",
                                     "_compat", "strategies.single", "sharded_precision", "strategies.fsdp",
                                     "strategies.model_parallel", "strategies.deepspeed", "strategies.common",
                                     "strategies.sharding", "sync_batchnorm", "compilation", "build_locks",
