@@ -69,30 +69,6 @@ def test_build_is_cached():
     assert Path(lib).parent.name.startswith("torch-")
 
 
-def test_support_matrix_levels_come_from_validation_toml():
-    """The docs' three levels: nothing claims more than its level's sub-table of validation.toml says."""
-    import importlib.util
-    import tomllib
-
-    from conftest import ROOT
-
-    spec = importlib.util.spec_from_file_location("anyaccel_docs", ROOT / "docs" / "_ext" / "anyaccel_docs.py")
-    docs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(docs)
-    devices = tomllib.loads((ROOT / "docs" / "validation.toml").read_text())["devices"]
-    assert docs._feature_cell(devices["npu"], "fsdp2") == "E"
-    assert docs._feature_cell(devices["npu"], "deepspeed") == "-"
-    assert docs._feature_cell(devices["xpu"], "ddp") == "E"  # emulated on torch's XPU key (was simulated)
-    assert docs._feature_cell(devices["mps"], "single_device") == "S"
-    assert docs._feature_cell(devices["cpu"], "ddp") == "H"
-    assert docs._feature_cell(devices["cuda"], "single_device") == "H"
-    # a one-GPU machine ran DDP as 1 process; 2 processes only ever ran with simulated device APIs
-    assert docs._feature_cell(devices["cuda"], "ddp") == "H (1 process), S"
-    assert docs._feature_cell(devices["cuda"], "fork_safety") == "S"
-    for entry in devices.values():
-        assert entry["status"] == next((lv for lv in docs.LEVELS if lv in entry), "untested")
-
-
 @pytest.mark.slow
 def test_a_lesser_backend_nobody_described(tmp_path):
     """Zero configuration on ``acme`` (in no table, no package code), with a backend lacking shallow copies,

@@ -154,3 +154,47 @@ def test_committed_records_are_what_their_runs_wrote(path):
 
 def test_records_exist():
     assert COMMITTED, f"no records in {records.RECORD_DIR}"
+
+
+def _docs_extension():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("anyaccel_docs", ROOT / "docs" / "_ext" / "anyaccel_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_matrix_reads_records_their_age_and_staleness(tmp_path, monkeypatch):
+    """Levels and status from records only; a checkout without git history says "age unknown"; past the bound,
+    "stale"; a feature that failed or ran as one process says so."""
+    docs = _docs_extension()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "validation.toml").write_text((ROOT / "docs" / "validation.toml").read_text())
+    monkeypatch.setenv(records.COMMIT_ENV, _git("rev-parse", "HEAD") if _has_history() else "0" * 40)
+    record = records.build_record(device_type="cpu", level="emulated", tests=_outcomes(), command="pytest t.py",
+                                  covers=["src"], root=None, runner="pytest")
+    record["device_type"] = "sdaa"  # an emulated sdaa's record, without loading the emulator here
+    records.write(tmp_path / records.RECORD_DIR / "sdaa-emulated.toml", record)
+    entry = docs.load_validation(tmp_path)["devices"]["sdaa"]
+    assert entry["status"] == "emulated" and entry["emulated"]["device_type"] == "sdaa"
+    assert "age unknown" in docs.age_text(entry["emulated"])  # no .git in tmp_path: a shallow copy, say so
+    assert docs._feature_cell(entry, "ddp") == "E"
+    assert docs._feature_cell(entry, "fsdp") == "E (1 process)"
+    assert docs._feature_cell(entry, "fsdp2") == "E failed"
+    assert docs._feature_cell(entry, "fork_safety") == "-"  # skipped: no credit
+    assert "pytest t.py" in docs._level_text(entry, "emulated")
+    entry["emulated"]["_age"] = records.STALE_AFTER + 1
+    assert "stale" in docs.age_text(entry["emulated"]) and docs._feature_cell(entry, "ddp") == "E stale"
+    assert "stale" in docs._status(entry)
+    assert docs.load_validation(tmp_path)["devices"]["musa"]["status"] == "untested"  # no record, nothing simulated
+
+
+def test_every_status_comes_from_a_record():
+    docs = _docs_extension()
+    data = docs.load_validation(ROOT)
+    for device_type, entry in data["devices"].items():
+        assert entry["status"] == next((lv for lv in docs.LEVELS if isinstance(entry.get(lv), dict)), "untested")
+        for level in ("hardware", "emulated"):
+            if level in entry:
+                assert entry[level]["_path"] == f"docs/records/{device_type}-{level}.toml"

@@ -30,13 +30,14 @@ def test_verify_passes_on_the_device_under_test(python_runner, device):
         pytest.skip("test_verify_passes_on_cpu checks cpu")
     proc = python_runner(["-m", "lightning_anyaccel.verify", "--device", device.type], timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:]
+    two = device.count >= 2
     collective = (f"[PASS] 2-process collective: all_reduce over 2 processes with '{device.backend}'"
-                  if device.count >= 2 else  # a one-GPU machine: skipped, saying why (not failed, not faked)
+                  if two else  # a one-GPU machine: skipped, saying why (not failed, not faked, not a pass)
                   f"[SKIP] 2-process collective: needs 2 {device.type} devices, found {device.count}")
+    verdict = "VERIFICATION SUCCESSFUL" if two else "VERIFICATION PASSED WITH 1 SKIPPED (skipped: 2-process collective)"
     for needle in (f"[PASS] single-device fit: 4 steps on {device.type}:0", collective,
                    f"[PASS] bf16 autocast: matmul under autocast('{device.type}', bfloat16) -> torch.bfloat16",
-                   f"[PASS] checkpoint round trip: state_dict saved from {device.type}:0",
-                   "VERIFICATION SUCCESSFUL"):
+                   f"[PASS] checkpoint round trip: state_dict saved from {device.type}:0", verdict):
         assert needle in proc.stdout, proc.stdout[-4000:]
 
 
@@ -61,6 +62,30 @@ def test_verify_unknown_device_exits_nonzero(capsys):
     assert "[FAIL] device: ValueError: Unknown device type 'nosuch'" in out and "register_device" in out, out
     assert "torch              : " in out and "VERIFICATION FAILED (failed: device)" in out, out
     assert "Traceback" not in out
+
+
+def test_a_skipped_check_is_not_a_pass(monkeypatch, capsys):
+    """One accelerator: the collective is skipped. The verdict names it and is no "SUCCESSFUL"; exit 0, or 1
+    with --fail-on-skip."""
+    def passes(device_type: str) -> str:
+        return "fine"
+
+    def skips(device_type: str) -> str:
+        raise verify._Skip("needs 2 cuda devices, found 1")
+
+    monkeypatch.setattr(verify, "CHECKS", [("bf16 autocast", passes), ("2-process collective", skips)])
+    report = verify.run("cpu")
+    assert report.ok and report.skipped == ["2-process collective"]
+    text = report.to_text()
+    assert "[SKIP] 2-process collective: needs 2 cuda devices, found 1" in text
+    assert text.endswith("VERIFICATION PASSED WITH 1 SKIPPED (skipped: 2-process collective)")
+    assert "SUCCESSFUL" not in text
+    assert verify.main(["--device", "cpu"]) == 0
+    assert verify.main(["--device", "cpu", "--fail-on-skip"]) == 1
+    assert "--fail-on-skip: 1 check(s) skipped: 2-process collective" in capsys.readouterr().err
+    assert verify.main(["--device", "cpu", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{"):])["skipped"] == ["2-process collective"]
 
 
 def test_failed_check_fails_the_report(monkeypatch):
