@@ -63,9 +63,10 @@ TEST_WORKERS ?= 3
 DEVICE_TEST_WORKERS ?= 2
 # The seeds' own device types, emulated on torch's XPU/HPU dispatch keys by the same build
 # (docs/emulator.md): the device-generic tests without the spawn/fork start methods of DDP, which
-# exercise the launcher, not the device, and run on `acme` above; nor notebook 2, which runs on `acme`.
+# exercise the launcher, not the device, and run on `acme` above; nor notebook 2 and the validation kit
+# (tests/test_validate.py), which run on `acme`.
 # On xpu, not the workloads either: GPT-2's attention can not run on emulated xpu (docs/emulator.md).
-SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook
+SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook and not test_the_kit
 # Each run writes its validation record (lightning_anyaccel/records.py) into RECORDS as <type>-<level>.toml:
 # `make test` into _build/records (CI's evidence, not committed); `make records` into docs/records, the
 # records the support matrix shows (commit them; docs/contributing.md, "Validation records").
