@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 # The dev/CI tools and the package's dependencies, pinned with hashes (`make lock` regenerates it).
 LOCK := requirements/dev.lock
 
-.PHONY: install run test typecheck test-snippets emulator bench docs lab clean lock test-compat
+.PHONY: install run test typecheck test-snippets emulator bench docs lab clean lock test-compat records
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -63,9 +63,14 @@ TEST_WORKERS ?= 3
 DEVICE_TEST_WORKERS ?= 2
 # The seeds' own device types, emulated on torch's XPU/HPU dispatch keys by the same build
 # (docs/emulator.md): the device-generic tests without the spawn/fork start methods of DDP, which
-# exercise the launcher, not the device, and run on `acme` above; nor notebook 2, which runs on `acme`.
+# exercise the launcher, not the device, and run on `acme` above; nor notebook 2 and the validation kit
+# (tests/test_validate.py), which run on `acme`.
 # On xpu, not the workloads either: GPT-2's attention can not run on emulated xpu (docs/emulator.md).
-SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook
+SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook and not test_the_kit
+# Each run writes its validation record (lightning_anyaccel/records.py) into RECORDS as <type>-<level>.toml:
+# `make test` into _build/records (CI's evidence, not committed); `make records` into docs/records, the
+# records the support matrix shows (commit them; docs/contributing.md, "Validation records").
+RECORDS ?= _build/records
 # tests/lean_imports on PYTHONPATH from the start: pytest's own process, not only the processes it
 # starts (tests/conftest.py), skips the imports no test needs (tests/lean_imports/lean_imports.py).
 LEAN_IMPORTS := PYTHONPATH=$(CURDIR)/tests/lean_imports$${PYTHONPATH:+:$$PYTHONPATH}
@@ -73,11 +78,27 @@ PYTEST := $(LEAN_IMPORTS) $(PYTHON) -m pytest
 # the emulator's compiler and mypy each keep one core busy: side by side
 test: install
 	@$(MAKE) --no-print-directory -j2 emulator typecheck
-	$(PYTEST) -n $(TEST_WORKERS)
+	$(PYTEST) -n $(TEST_WORKERS) --validation-record $(RECORDS)/cpu-hardware.toml
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
-	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:acme -q
-	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS) and not test_workloads"
-	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)"
+	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:acme -q --validation-record $(RECORDS)/acme-emulated.toml
+	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS) and not test_workloads" --validation-record $(RECORDS)/xpu-emulated.toml
+	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)" --validation-record $(RECORDS)/hpu-emulated.toml
+
+# The committed records (docs/records), each written by its run: CPU (the device-generic tests and every
+# test credited with a feature), the emulated xpu and hpu as `make test` runs them, and npu, sdaa, mlu and
+# musa, which CI does not run (its time budget): the device-generic tests under their own names, without
+# what `make test` runs on the emulated device under one name only (DDP's spawn/fork start methods,
+# notebook 2, the workloads). A failing test does not stop the others: its record says it failed.
+# DEVICE_RECORDS picks some: `make records DEVICE_RECORDS="sdaa mlu"`.
+DEVICE_RECORDS ?= cpu xpu hpu npu sdaa mlu musa
+RECORD_TESTS_cpu = -m "device_generic or feature" --device cpu
+RECORD_TESTS_xpu = -m device_generic --device emulated:xpu -k "$(SEED_DEVICE_TESTS) and not test_workloads"
+RECORD_TESTS_hpu = -m device_generic --device emulated:hpu -k "$(SEED_DEVICE_TESTS)"
+records: $(addprefix record-,$(DEVICE_RECORDS))
+record-%: emulator
+	-$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q \
+		$(or $(RECORD_TESTS_$*),-m device_generic --device emulated:$* -k "$(SEED_DEVICE_TESTS) and not test_workloads") \
+		--validation-record docs/records/$*-$(if $(filter cpu,$*),hardware,emulated).toml
 
 # mypy on src/ (configured in pyproject.toml: `@override` on every overriding method is checked). Its
 # cache (.mypy_cache/) makes a second run take seconds; the first analyses torch and Lightning too.
@@ -193,9 +214,10 @@ test-compat: $(addprefix compat-env-,$(COMPAT_ENDS))
 	  esac; \
 	  echo "== $$end end: $$($$py -c 'import lightning, pytorch_lightning, torch; print("lightning", lightning.__version__, "pytorch_lightning", pytorch_lightning.__version__, "torch", torch.__version__)')"; \
 	  case $$end in \
-	    torch-*) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(COMPAT_TORCH_TESTS); \
+	    torch-*) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(COMPAT_TORCH_TESTS) \
+	               --validation-record $(RECORDS)/$$end/cpu-hardware.toml; \
 	             $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -n $(DEVICE_TEST_WORKERS) -m device_generic --device $(COMPAT_EMULATED) \
-	               -k "$(COMPAT_DEVICE_TESTS)" tests;; \
-	    *) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS);; \
+	               -k "$(COMPAT_DEVICE_TESTS)" tests --validation-record $(RECORDS)/$$end/$(word 2,$(subst :, ,$(COMPAT_EMULATED)))-emulated.toml;; \
+	    *) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS) --validation-record $(RECORDS)/$$end/cpu-hardware.toml;; \
 	  esac; \
 	done

@@ -85,7 +85,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          " (xpu, cuda, hpu, npu, ...) or emulated:NAME (the emulated accelerator as NAME:"
                          " PrivateUse1 renamed, or torch's own xpu/hpu for emulated:xpu, emulated:hpu)")
     group.addoption("--validation-record", default=None, metavar="PATH",
-                    help="write a validation record (TOML, the format docs/validation.toml reads) to PATH")
+                    help="write the run's validation record (TOML, lightning_anyaccel.records) to PATH")
 
 
 def _setup_device(spec: str) -> DeviceUnderTest:
@@ -122,9 +122,9 @@ def pytest_configure(config: pytest.Config) -> None:
                                        " (tests/validation_record.py gives credit only through this marker)")
     _DEVICE = _setup_device(config.getoption("--device"))
     if config.getoption("--validation-record"):
-        from validation_record import COLLECTOR
+        from validation_record import Collector
 
-        config.pluginmanager.register(COLLECTOR, "anyaccel-validation-record")
+        config.pluginmanager.register(Collector(_DEVICE), "anyaccel-validation-record")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -148,7 +148,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if path and _DEVICE is not None:
         from validation_record import write_record
 
-        write_record(Path(path), _DEVICE, session)
+        write_record(Path(path), _DEVICE, session, session.config.pluginmanager.get_plugin("anyaccel-validation-record"))
 
 
 @pytest.fixture(scope="session")

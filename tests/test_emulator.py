@@ -69,60 +69,6 @@ def test_build_is_cached():
     assert Path(lib).parent.name.startswith("torch-")
 
 
-def test_validation_record_says_what_ran(tmp_path):
-    """The record `--validation-record` writes: counts, failed tests, features by test name, level."""
-    import tomllib
-
-    from conftest import DeviceUnderTest
-    from validation_record import _toml_value, build_record
-
-    outcomes = {"tests/test_trainer_cpu.py::test_ddp_two_processes[trainer-any_ddp]": "passed",
-                "tests/test_trainer_cpu.py::test_bf16_mixed_autocast_active_in_training_step": "passed",
-                "tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp]": "passed",
-                "tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp2]": "failed",
-                "tests/test_trainer_cpu.py::test_fork_refused_after_the_parent_initialised_the_device": "skipped"}
-    record = build_record(DeviceUnderTest(type="cpu", emulated=False, backend="gloo", spec="cpu"), outcomes, "pytest")
-    assert (record["passed"], record["failed"], record["skipped"]) == (3, 1, 1)
-    assert record["failed_tests"] == ["tests/test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp2]"]
-    assert record["features"]["ddp"] == "passed" and record["features"]["fsdp2"] == "failed"
-    assert record["features"]["fsdp"] == "passed"  # the 2-process FSDP test counts as FSDP
-    assert "fork_safety" not in record["features"]  # skipped tests prove nothing
-    text = "[devices.cpu.hardware]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in record.items())
-    assert tomllib.loads(text)["devices"]["cpu"]["hardware"]["features"]["mixed_precision"] == "passed"
-    # a machine with one device: the 2-process tests skip, the 1-process ones pass and say so
-    one = {"tests/test_trainer_cpu.py::test_ddp_two_processes[trainer-any_ddp]": "skipped",
-           "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine[ddp]": "passed",
-           "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine[fsdp]": "passed",
-           "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine[fsdp2]": "failed"}
-    features = build_record(DeviceUnderTest(type="cpu", emulated=False, backend="gloo", spec="cpu"), one,
-                            "pytest")["features"]
-    assert features == {"ddp": "passed (1 process)", "fsdp": "passed (1 process)", "fsdp2": "failed"}
-
-
-def test_support_matrix_levels_come_from_validation_toml():
-    """The docs' three levels: nothing claims more than its level's sub-table of validation.toml says."""
-    import importlib.util
-    import tomllib
-
-    from conftest import ROOT
-
-    spec = importlib.util.spec_from_file_location("anyaccel_docs", ROOT / "docs" / "_ext" / "anyaccel_docs.py")
-    docs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(docs)
-    devices = tomllib.loads((ROOT / "docs" / "validation.toml").read_text())["devices"]
-    assert docs._feature_cell(devices["npu"], "fsdp2") == "E"
-    assert docs._feature_cell(devices["npu"], "deepspeed") == "-"
-    assert docs._feature_cell(devices["xpu"], "ddp") == "E"  # emulated on torch's XPU key (was simulated)
-    assert docs._feature_cell(devices["mps"], "single_device") == "S"
-    assert docs._feature_cell(devices["cpu"], "ddp") == "H"
-    assert docs._feature_cell(devices["cuda"], "single_device") == "H"
-    # a one-GPU machine ran DDP as 1 process; 2 processes only ever ran with simulated device APIs
-    assert docs._feature_cell(devices["cuda"], "ddp") == "H (1 process), S"
-    assert docs._feature_cell(devices["cuda"], "fork_safety") == "S"
-    for entry in devices.values():
-        assert entry["status"] == next((lv for lv in docs.LEVELS if lv in entry), "untested")
-
-
 @pytest.mark.slow
 def test_a_lesser_backend_nobody_described(tmp_path):
     """Zero configuration on ``acme`` (in no table, no package code), with a backend lacking shallow copies,

@@ -168,6 +168,7 @@ def _fit_16_mixed(device_type: str, **flags) -> tuple[Trainer, _StepProbe]:
 
 
 @pytest.mark.device_generic
+@pytest.mark.feature("mixed_precision")
 def test_16_mixed_skips_overflowing_steps_and_the_habana_option_does_not(device) -> None:
     lightning_default, scaled = _fit_16_mixed(device.type, precision="16-mixed")
     assert lightning_default.precision_plugin.scaler.is_enabled()

@@ -26,6 +26,7 @@ def _output_text(path: Path) -> str:
 
 
 @pytest.mark.device_generic
+@pytest.mark.feature("single_device")
 @pytest.mark.slow
 def test_single_card_notebook_trains_on_the_device(device, python_runner, tmp_path):
     if device.is_cpu:

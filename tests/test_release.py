@@ -136,3 +136,14 @@ def test_wheel_in_a_fresh_venv_registers_and_trains(dist, tmp_path):
     assert {"any_single", "any_ddp", "any_ddp_spawn", "any_fsdp", "any_deepspeed"} <= set(result["strategies"])
     assert result["global_step"] == 6 and result["strategy"] == "AnySingleDeviceStrategy"
     assert result["losses"][1] < result["losses"][0]
+    # the validation kit, from the wheel alone: one check, its record written where asked
+    record = tmp_path / "cpu-hardware.toml"
+    out = _run([str(python), "-m", "lightning_anyaccel.validate", "--checks", "fit", "--record", str(record)],
+               cwd=tmp_path, timeout=240, env=env)
+    assert "[ 1/1] fit: PASSED" in out and f"record written to {record}" in out, out
+    from lightning_anyaccel import records
+
+    assert records.problems(record.read_text()) == []
+    written = records.loads(record.read_text())
+    assert written["runner"] == "lightning_anyaccel.validate" and written["features"] == {"single_device": "passed"}
+    assert written["lightning_anyaccel"] == __version__ and written["commit"] == "unknown"  # a wheel file: no commit

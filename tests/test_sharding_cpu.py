@@ -72,6 +72,11 @@ FORMATS = [
     pytest.param("deepspeed_2_offload", "AnyDeepSpeedStrategy", True, False, id="deepspeed2-offload",
                  marks=needs_deepspeed),
 ]
+#: The support matrix's feature each class trains (tests/validation_record.py): every format also resumes.
+FEATURE_OF_CLASS = {"AnyFSDPStrategy": "fsdp", "AnyModelParallelStrategy": "fsdp2", "AnyDeepSpeedStrategy": "deepspeed"}
+FORMATS = [pytest.param(*p.values, id=p.id, marks=[*p.marks, pytest.mark.feature(FEATURE_OF_CLASS[p.values[1]],
+                                                                                  "checkpoint", processes=2)])
+           for p in FORMATS]
 #: DDP first: the reference every other strategy is compared with, in the same job
 JOB = ",".join(["ddp", *(p.values[0] for p in FORMATS if HAS_DEEPSPEED or not p.marks)])
 
@@ -154,7 +159,7 @@ def test_fsdp2_builds_its_mesh_on_the_device(job, front_end):
 @pytest.mark.slow
 @pytest.mark.device_generic
 @pytest.mark.needs_devices(2)
-@pytest.mark.parametrize("strategy", ["fsdp", "fsdp2"])
+@pytest.mark.parametrize("strategy", [pytest.param(s, marks=pytest.mark.feature(s, processes=2)) for s in ("fsdp", "fsdp2")])
 def test_parameters_sharded_on_the_device_under_test(tmp_path, strategy, device):
     """FSDP and FSDP2 with 2 processes on the device under test (``--device``): each rank holds about half
     the parameters, as tensors on its own device."""
@@ -172,7 +177,10 @@ def test_parameters_sharded_on_the_device_under_test(tmp_path, strategy, device)
 
 @pytest.mark.slow
 @pytest.mark.device_generic
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "fsdp2", pytest.param("deepspeed_2", marks=needs_deepspeed)])
+@pytest.mark.parametrize("strategy", [
+    *(pytest.param(s, marks=pytest.mark.feature(s, processes=1)) for s in ("ddp", "fsdp", "fsdp2")),
+    pytest.param("deepspeed_2", marks=[needs_deepspeed, pytest.mark.feature("deepspeed", processes=1)]),
+])
 def test_one_process_on_a_one_device_machine(tmp_path, strategy, device):
     """A machine with one device (one GPU): each distributed strategy trains as 1 process on it, with the
     device's collective backend and its parameters on the device. Machines with 2 or more devices run the

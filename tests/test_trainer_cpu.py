@@ -58,6 +58,7 @@ def _fit(model=None, **kwargs):
 
 
 @pytest.mark.device_generic
+@pytest.mark.feature("single_device")
 @pytest.mark.parametrize(
     "flags",
     [
@@ -79,6 +80,7 @@ def test_single_device_fit_learns(flags, device_type):
 
 
 @pytest.mark.device_generic
+@pytest.mark.feature("mixed_precision")
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
 def test_bf16_mixed_autocast_active_in_training_step(front_end: FrontEnd, device_type):
     built, model = _fit_through(front_end, accelerator=AnyAccelerator(), strategy="any_single", devices=1,
@@ -113,6 +115,7 @@ def _fit_with_fabric(fabric, model, steps: int = 6) -> None:
 
 
 @pytest.mark.device_generic
+@pytest.mark.feature("mixed_precision")
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
 def test_16_mixed_uses_device_scaler(front_end: FrontEnd, device_type):
     """Lightning builds 16-mixed for 'cuda' on an accelerator instance; ours autocasts and scales on the device."""
@@ -159,6 +162,7 @@ def test_32_true_has_no_autocast():
 
 
 @pytest.mark.device_generic
+@pytest.mark.feature("device_stats")
 def test_device_stats_monitor_gets_stats(tmp_path, device_type):
     logger = CSVLogger(tmp_path, name="stats")
     _fit(accelerator=AnyAccelerator(), strategy="any_single", devices=1, logger=logger,
@@ -191,6 +195,7 @@ def _run_script(python_runner, front_end: FrontEnd, out: Path, *args: str) -> li
 @pytest.mark.slow
 @pytest.mark.device_generic
 @pytest.mark.needs_devices(2)
+@pytest.mark.feature("ddp", processes=2)
 @pytest.mark.parametrize("strategy", ["any_ddp", "any_ddp_spawn", "any_ddp_fork"])
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
 def test_ddp_two_processes(python_runner, tmp_path, front_end: FrontEnd, strategy, device):
@@ -250,6 +255,7 @@ def test_lightnings_ddp_spawn_with_any_accelerator_keeps_ranks_in_sync(python_ru
 @pytest.mark.slow
 @pytest.mark.device_generic
 @pytest.mark.needs_devices(2)
+@pytest.mark.feature("checkpoint", processes=2)
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
 def test_checkpoint_from_two_processes_resumes_on_one(python_runner, tmp_path, monkeypatch, front_end: FrontEnd,
                                                       device):
@@ -277,6 +283,7 @@ def test_checkpoint_from_two_processes_resumes_on_one(python_runner, tmp_path, m
 @pytest.mark.slow
 @pytest.mark.device_generic
 @pytest.mark.needs_devices(2)
+@pytest.mark.feature("fork_safety")
 def test_fork_refused_after_the_parent_initialised_the_device(python_runner, tmp_path, device):
     """The children of a fork after initialisation could not use the device: the package refuses first."""
     if get_spec(device.type).fork_safe_after_init:

@@ -9,6 +9,7 @@ import pytest
 from lightning_anyaccel import verify
 
 
+@pytest.mark.feature("verify")
 def test_verify_passes_on_cpu(python_runner):
     proc = python_runner(["-m", "lightning_anyaccel.verify"], timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:]
@@ -22,19 +23,21 @@ def test_verify_passes_on_cpu(python_runner):
 
 @pytest.mark.slow
 @pytest.mark.device_generic
+@pytest.mark.feature("verify")
 def test_verify_passes_on_the_device_under_test(python_runner, device):
     """`python -m lightning_anyaccel.verify --device <type>` is green on the device under test."""
     if device.is_cpu:
         pytest.skip("test_verify_passes_on_cpu checks cpu")
     proc = python_runner(["-m", "lightning_anyaccel.verify", "--device", device.type], timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:]
+    two = device.count >= 2
     collective = (f"[PASS] 2-process collective: all_reduce over 2 processes with '{device.backend}'"
-                  if device.count >= 2 else  # a one-GPU machine: skipped, saying why (not failed, not faked)
+                  if two else  # a one-GPU machine: skipped, saying why (not failed, not faked, not a pass)
                   f"[SKIP] 2-process collective: needs 2 {device.type} devices, found {device.count}")
+    verdict = "VERIFICATION SUCCESSFUL" if two else "VERIFICATION PASSED WITH 1 SKIPPED (skipped: 2-process collective)"
     for needle in (f"[PASS] single-device fit: 4 steps on {device.type}:0", collective,
                    f"[PASS] bf16 autocast: matmul under autocast('{device.type}', bfloat16) -> torch.bfloat16",
-                   f"[PASS] checkpoint round trip: state_dict saved from {device.type}:0",
-                   "VERIFICATION SUCCESSFUL"):
+                   f"[PASS] checkpoint round trip: state_dict saved from {device.type}:0", verdict):
         assert needle in proc.stdout, proc.stdout[-4000:]
 
 
@@ -61,6 +64,30 @@ def test_verify_unknown_device_exits_nonzero(capsys):
     assert "Traceback" not in out
 
 
+def test_a_skipped_check_is_not_a_pass(monkeypatch, capsys):
+    """One accelerator: the collective is skipped. The verdict names it and is no "SUCCESSFUL"; exit 0, or 1
+    with --fail-on-skip."""
+    def passes(device_type: str) -> str:
+        return "fine"
+
+    def skips(device_type: str) -> str:
+        raise verify._Skip("needs 2 cuda devices, found 1")
+
+    monkeypatch.setattr(verify, "CHECKS", [("bf16 autocast", passes), ("2-process collective", skips)])
+    report = verify.run("cpu")
+    assert report.ok and report.skipped == ["2-process collective"]
+    text = report.to_text()
+    assert "[SKIP] 2-process collective: needs 2 cuda devices, found 1" in text
+    assert text.endswith("VERIFICATION PASSED WITH 1 SKIPPED (skipped: 2-process collective)")
+    assert "SUCCESSFUL" not in text
+    assert verify.main(["--device", "cpu"]) == 0
+    assert verify.main(["--device", "cpu", "--fail-on-skip"]) == 1
+    assert "--fail-on-skip: 1 check(s) skipped: 2-process collective" in capsys.readouterr().err
+    assert verify.main(["--device", "cpu", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{"):])["skipped"] == ["2-process collective"]
+
+
 def test_failed_check_fails_the_report(monkeypatch):
     def broken(device_type: str) -> str:
         raise AssertionError("weights differ after the round trip")
@@ -72,7 +99,7 @@ def test_failed_check_fails_the_report(monkeypatch):
     assert verify.main(["--device", "cpu"]) == 1
 
 
-@pytest.mark.parametrize("module", ["devices", "optimizer_params", "verify", "runtime", "precision", "distributed", "checkpoint", "accelerator",
+@pytest.mark.parametrize("module", ["devices", "optimizer_params", "verify", "records", "runtime", "precision", "distributed", "checkpoint", "accelerator",
                                     "_compat", "strategies.single", "sharded_precision", "strategies.fsdp",
                                     "strategies.model_parallel", "strategies.deepspeed", "strategies.common",
                                     "strategies.sharding", "sync_batchnorm", "compilation", "build_locks",

@@ -52,8 +52,15 @@ def _learned(run: dict, margin: float) -> None:
 GPT2 = ["gpt2_single", "gpt2_ddp", "gpt2_fsdp", "gpt2_fsdp2"]
 
 
+#: The support matrix's features each GPT-2 configuration proves (tests/validation_record.py).
+GPT2_FEATURES = {"gpt2_single": pytest.mark.feature("transformer", "single_device"),
+                 "gpt2_ddp": pytest.mark.feature("transformer", "ddp", processes=2),
+                 "gpt2_fsdp": pytest.mark.feature("transformer", "fsdp", processes=2),
+                 "gpt2_fsdp2": pytest.mark.feature("transformer", "fsdp2", processes=2)}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", GPT2)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=GPT2_FEATURES[name]) for name in GPT2])
 def test_gpt2_learns_on_the_device(runs, device, name):
     """GPT-2 from its config (byte vocabulary) loses 15 % of its loss in 10 optimizer steps, on the device."""
     for rank, results in enumerate(runs):
@@ -121,6 +128,7 @@ def test_device_sync_batchnorm_matches_batchnorm_on_the_full_batch(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.feature("transformer", "deepspeed", processes=2)
 def test_deepspeed_trains_where_it_runs(runs, device):
     run = runs[0]["gpt2_deepspeed"]
     if "skipped" in run:
@@ -130,6 +138,7 @@ def test_deepspeed_trains_where_it_runs(runs, device):
 
 
 @pytest.mark.slow
+@pytest.mark.feature("checkpoint", processes=2)
 def test_checkpoint_resumes_on_cpu_with_one_process(runs):
     """The 2-process checkpoint of ``gpt2_ddp`` (on the device under test) resumes on CPU, world size 1."""
     run = runs[0]["resume"]

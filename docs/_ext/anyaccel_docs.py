@@ -1,8 +1,12 @@
 """Sphinx extension of the lightning-anyaccel documentation.
 
 - `anyaccel-support-matrix`, `anyaccel-install-table`, `anyaccel-validation`: directives
-  that build their tables at build time from `lightning_anyaccel.devices.DEVICE_TABLE` and
-  `docs/validation.toml`, so the pages can not drift from the code or from what was run.
+  that build their tables at build time from `lightning_anyaccel.devices.DEVICE_TABLE`, the
+  validation records `docs/records/` (each written by its run: `lightning_anyaccel.records`) and
+  `docs/validation.toml`, so the pages can not drift from the code or from what was run. Each
+  record's age is the number of commits to the code it covers since its commit (`git` at build
+  time; "age unknown" without the history, as in a shallow clone); past
+  `lightning_anyaccel.records.STALE_AFTER` it is marked stale.
 - `anyaccel-device-status`: the front page's status badge per device family, linking to the
   per-device pages `docs/devices/<type>.md`, which `write_device_pages` generates (install, the lines
   to change, `verify`, what ran, known limitations there) before Sphinx reads the sources.
@@ -58,8 +62,8 @@ STATUS_TEXT = {
     "untested": "not tested",
 }
 
-#: The three levels of evidence, strongest first: a level's sub-table in validation.toml
-#: (``[devices.<type>.hardware]``, ``.emulated``, ``.simulated``) says what ran at that level.
+#: The three levels of evidence, strongest first: a record ``docs/records/<type>-hardware.toml`` or
+#: ``-emulated.toml`` (lightning_anyaccel.records), or ``[devices.<type>.simulated]`` in validation.toml.
 LEVELS = ("hardware", "emulated", "simulated")
 
 #: Feature columns of the per-feature table (keys of a level's ``features``).
@@ -73,13 +77,67 @@ FEATURE_NAMES = {
     "deepspeed": "DeepSpeed",
     "checkpoint": "checkpoints",
     "device_stats": "memory stats",
+    "verify": "verify",
+    "transformer": "GPT-2",
 }
 
 
+def load_records(srcdir: Path) -> dict[str, dict[str, Any]]:
+    """Every record under ``docs/records`` by its path relative to it (``cpu-hardware``,
+    ``torch-oldest/npu-emulated``), each with its ``_age`` (:func:`lightning_anyaccel.records.age`)."""
+    from lightning_anyaccel import records
+
+    found = {}
+    root = srcdir / records.RECORD_DIR
+    for path in sorted(root.rglob("*.toml")):
+        record = records.load(path)
+        record["_age"] = records.age(record, srcdir)
+        record["_path"] = path.relative_to(srcdir).as_posix()
+        found[path.relative_to(root).with_suffix("").as_posix()] = record
+    return found
+
+
 def load_validation(srcdir: Path) -> dict[str, Any]:
-    """`docs/validation.toml`: the versions tested and each device type's status."""
+    """`docs/validation.toml` with each device type's records as its ``hardware``/``emulated`` levels and its
+    ``status`` (the strongest level present); ``tested``: the main environment's CPU record, if any."""
     with open(srcdir / "docs" / "validation.toml", "rb") as handle:
-        return tomllib.load(handle)
+        data = tomllib.load(handle)
+    found = load_records(srcdir)
+    devices = data.setdefault("devices", {})
+    for name, record in found.items():
+        if "/" not in name:  # the main environment's records; the range ends' are in folders
+            devices.setdefault(record["device_type"], {})[record["level"]] = record
+    for entry in devices.values():
+        entry["status"] = next((level for level in LEVELS if isinstance(entry.get(level), dict)), "untested")
+    data["records"] = found
+    return data
+
+
+def age_text(record: dict[str, Any]) -> str:
+    """``commit 1a2b3c4d5e, 3 commits to its code since`` (or ``stale: ...``, ``age unknown``)."""
+    from lightning_anyaccel.records import STALE_AFTER
+
+    commit = str(record.get("commit", "unknown"))
+    text = f"commit {commit[:10]}" + ("" if record.get("tree_clean") else " with uncommitted changes")
+    age = record.get("_age")
+    if age is None:
+        return f"{text}, age unknown (no git history of that commit where this site was built)"
+    if age > STALE_AFTER:
+        return f"{text}, stale: {age} commits to its code since (bound: {STALE_AFTER})"
+    return f"{text}, {age} commit{'s' if age != 1 else ''} to its code since"
+
+
+def is_stale(record: dict[str, Any]) -> bool:
+    from lightning_anyaccel.records import STALE_AFTER
+
+    return isinstance(record.get("_age"), int) and record["_age"] > STALE_AFTER
+
+
+def where_text(record: dict[str, Any]) -> str:
+    """``1 x NVIDIA H200, up to 1 process`` (hardware) or the emulated device's name and count."""
+    processes = record.get("max_processes", 0)
+    return (f"{record.get('device_count', '?')} x {record.get('device_name', record.get('device_type'))},"
+            f" up to {processes} process{'es' if processes != 1 else ''}")
 
 
 def _inline(text: Any) -> nodes.paragraph:
@@ -114,39 +172,53 @@ def _table(header: list[str], rows: list[list[Any]], widths: list[int] | None = 
 
 
 def _status(entry: dict[str, Any]) -> str:
-    text = STATUS_TEXT.get(entry.get("status", "untested"), entry.get("status", ""))
-    return f"{text} ({entry['date']})" if entry.get("date") else text
+    status = entry.get("status", "untested")
+    text = STATUS_TEXT.get(status, status)
+    record = entry.get(status)
+    if status not in ("hardware", "emulated") or not isinstance(record, dict):
+        return text
+    stale = ", stale" if is_stale(record) else ""
+    return f"{text} ({str(record['date'])[:10]}: {where_text(record)}{stale})"
 
 
 def _level_text(entry: dict[str, Any], level: str) -> str:
-    """One cell of the three-level table: what ran at ``level`` (date and versions), or "no"."""
+    """One cell of the three-level table: the record at ``level`` (where, when, which code, what ran), or "no"."""
     sub = entry.get(level)
     if not isinstance(sub, dict):
         return "no"
-    parts = [str(sub["date"])] if sub.get("date") else []
-    if level == "hardware":
-        parts += [f"{k} {sub[k]}" for k in ("device_name", "driver", "torch", "vendor_package") if sub.get(k)]
-    if sub.get("passed") is not None:
-        parts.append(f"{sub['passed']} passed, {sub.get('failed', 0)} failed")
-    if sub.get("what"):
-        parts.append(str(sub["what"]))
-    return "; ".join(parts) or "yes"
+    if level == "simulated":
+        return str(sub.get("what", "yes"))
+    parts = [str(sub["date"])[:10], where_text(sub), age_text(sub)]
+    parts += [f"{k} {sub[k]}" for k in ("torch", "lightning", "driver", "cuda_runtime", "collectives", "vendor_package")
+              if sub.get(k)]
+    parts.append(f"{sub['passed']} passed, {sub['failed']} failed, {sub['skipped']} skipped: `{sub['command']}`")
+    if sub.get("failed_tests"):
+        parts.append("failed: " + ", ".join(f"`{t}`" for t in sub["failed_tests"]))
+    if sub.get("note"):
+        parts.append(str(sub["note"]))
+    parts.append(f"`{sub['_path']}`")
+    return "; ".join(parts)
 
 
 def _feature_cell(entry: dict[str, Any], feature: str) -> str:
     """The strongest level at which ``feature`` passed: H (hardware), E (emulated), S (simulated), or -.
 
     A pass recorded as ``"passed (1 process)"`` (a machine with one device) keeps its qualifier, e.g.
-    ``H (1 process)``, and a multi-process pass at a weaker level is shown next to it.
+    ``H (1 process)``, and a multi-process pass at a weaker level is shown next to it; so does a failure
+    (``H failed``) and a stale record (``E stale``).
     """
     cells = []
     for level, mark in zip(LEVELS, ("H", "E", "S")):
         sub = entry.get(level)
         value = str(sub.get("features", {}).get(feature, "")) if isinstance(sub, dict) else ""
+        if isinstance(sub, dict) and is_stale(sub):
+            mark += " stale"
         if value == "passed":
             return ", ".join([*cells, mark])
         if value.startswith("passed ("):
             cells.append(mark + value[len("passed"):])
+        elif value == "failed":
+            cells.append(f"{mark} failed")
     return ", ".join(cells) or "-"
 
 
@@ -159,6 +231,8 @@ class _TableDirective(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         # rebuild this page whenever the table's sources change
         self.env.note_dependency(str(Path(self.env.srcdir) / "docs" / "validation.toml"))
+        for path in sorted((Path(self.env.srcdir) / "docs" / "records").rglob("*.toml")):
+            self.env.note_dependency(str(path))
         import lightning_anyaccel.devices as devices
 
         self.env.note_dependency(devices.__file__)
@@ -243,19 +317,34 @@ class InstallTable(_TableDirective):
         return [_table(header, rows, widths=[8, 18, 38, 18, 18])]
 
 
+def _range_rows(data: dict[str, Any]) -> list[list[Any]]:
+    """One row per end of the supported torch and Lightning ranges: its records, or that it must be refreshed."""
+    rows = []
+    for package in ("torch", "lightning"):
+        for version, end in data.get(package, {}).items():
+            prefix = f"{end['end']}/" if end.get("end") else ""
+            found = {name: r for name, r in data["records"].items()
+                     if name.startswith(prefix) and (prefix or "/" not in name)}
+            if found:
+                ran = "; ".join(f"`{name}`: {str(r['date'])[:10]}, {age_text(r)}, {r['passed']} passed,"
+                                f" {r['failed']} failed, {r['skipped']} skipped" for name, r in found.items())
+            else:
+                ran = f"no record: must be refreshed with `{end['refresh']}`"
+            rows.append([f"{package} {version}", end.get("role", ""), ran])
+    return rows
+
+
 class ValidationTable(_TableDirective):
-    """The versions of the last validation run and, per device type, what ran where."""
+    """The ends of the supported ranges and, per device type, what ran where, from the records."""
 
     def tables(self) -> list[nodes.table]:
         from lightning_anyaccel.devices import DEVICE_TABLE
 
         data = load_validation(Path(self.env.srcdir))
-        tested = data.get("tested", {})
-        versions = [[key, tested[key]] for key in ("date", "python", "torch", "lightning", "machine") if key in tested]
         devices = data.get("devices", {})
         rows = [[f"`{t}`", *(_level_text(devices.get(t, {}), level) for level in LEVELS)] for t in DEVICE_TABLE]
         features = [[f"`{t}`", *(_feature_cell(devices.get(t, {}), f) for f in FEATURE_NAMES)] for t in DEVICE_TABLE]
-        return [_table(["tested with", "version"], versions, widths=[20, 80]),
+        return [_table(["version", "role", "records"], _range_rows(data), widths=[16, 34, 50]),
                 _table(["device type", "run on hardware", "executed on the emulated device", "simulated only"], rows,
                        widths=[10, 30, 30, 30]),
                 _table(["device type", *FEATURE_NAMES.values()], features)]
@@ -316,7 +405,7 @@ def device_page(spec: Any, entry: dict[str, Any], limitations: str) -> str:
         f"# {family}: `{spec.type}`", "",
         f"<!-- generated by docs/_ext/anyaccel_docs.py from DEVICE_TABLE and docs/validation.toml -->", "",
         f'<span class="anyaccel-badge anyaccel-badge-{status}">{STATUS_TEXT.get(status, status)}</span> '
-        f"{spec.name}. " + (f"{entry['what'][0].upper()}{entry['what'][1:]}." if entry.get("what") else ""), "",
+        f"{spec.name}: {_status(entry)}. " + (f"{entry['what'][0].upper()}{entry['what'][1:]}." if entry.get("what") else ""), "",
         *([spec.notes, ""] if spec.notes else []),
         "## Install", "",
         "1. Your vendor's PyTorch first (it decides which devices PyTorch sees; nothing after may replace it):",
@@ -392,12 +481,14 @@ class DeviceStatus(_TableDirective):
         order = [t for t in FAMILIES if t in DEVICE_TABLE] + [t for t in DEVICE_TABLE if t not in FAMILIES]
         for device_type in order:
             family = FAMILIES.get(device_type, (DEVICE_TABLE[device_type].name, []))[0]
-            status = validation.get(device_type, {}).get("status", "untested")
+            entry = validation.get(device_type, {})
+            status = entry.get("status", "untested")
+            stale = " (stale)" if isinstance(entry.get(status), dict) and is_stale(entry[status]) else ""
             target = Path(os.path.relpath(DEVICE_PAGES / f"{device_type}.html", here)).as_posix()
             items.append(
                 f'<li><a class="anyaccel-device" href="{target}"><span class="anyaccel-family">{family}</span> '
                 f"<code>{device_type}</code> "
-                f'<span class="anyaccel-badge anyaccel-badge-{status}">{STATUS_TEXT.get(status, status)}</span></a></li>')
+                f'<span class="anyaccel-badge anyaccel-badge-{status}">{STATUS_TEXT.get(status, status)}{stale}</span></a></li>')
         html = '<ul class="anyaccel-device-status">\n' + "\n".join(items) + "\n</ul>\n"
         return [nodes.raw("", html, format="html")]
 

@@ -8,6 +8,7 @@ than writing them again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -133,7 +134,8 @@ def run_bounded(
     r"""Run ``cmd`` in a session of its own, output and errors together; past ``timeout``, kill all of it.
 
     The whole process group (a job's workers included, stopped ones too) gets ``SIGKILL`` when the
-    command runs past ``timeout`` seconds, so nothing it started is left behind.
+    command runs past ``timeout`` seconds, or when the wait is interrupted (``KeyboardInterrupt``, an
+    exception a signal handler raises), so nothing it started is left behind.
 
     Returns:
         subprocess.CompletedProcess[str]: the return code, and everything printed in ``stdout``.
@@ -159,4 +161,9 @@ def run_bounded(
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         raise subprocess.TimeoutExpired(proc.args, timeout, output=out) from None
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")

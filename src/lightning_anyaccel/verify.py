@@ -3,9 +3,11 @@
 Prints what PyTorch sees (device type, count, names, memory, collective backend), the device
 spec the package derived for it (backend, autocast dtypes, seeding, memory statistics, fork
 safety, vendor package), the versions, then runs four checks: a tiny single-device fit, a 2-process all-reduce on
-the device's backend, a bf16 autocast check and a checkpoint round trip. Exits 0 only if no
-check failed (a check that cannot run here, such as a 2-process collective on a machine with
-one accelerator, is reported as SKIP with the reason). Each failure is one line: the first line of
+the device's backend, a bf16 autocast check and a checkpoint round trip. A check that cannot run
+here (a 2-process collective on a machine with one accelerator) is SKIP with the reason, never a
+pass: the verdict is "VERIFICATION SUCCESSFUL" only when every check passed, "VERIFICATION PASSED
+WITH N SKIPPED" naming the skipped ones otherwise. Exits 0 when no check failed; with
+``--fail-on-skip`` (CI on a cluster, where every check must run) a skipped check fails too. Each failure is one line: the first line of
 the error, which names the fix (never a traceback, never torch's dispatcher tables). The output
 is plain text, meant to be pasted into a bug report; ``--json`` prints the same as JSON.
 """
@@ -52,7 +54,7 @@ class Check:
 
 @dataclass
 class Report:
-    """Everything ``verify`` found; ``ok`` is ``True`` when no check failed."""
+    """Everything ``verify`` found; ``ok`` is ``True`` when no check failed (skipped ones are :attr:`skipped`)."""
 
     environment: dict[str, Any]
     checks: list[Check] = field(default_factory=list)
@@ -61,15 +63,31 @@ class Report:
     def ok(self) -> bool:
         return all(check.status != "FAIL" for check in self.checks)
 
+    @property
+    def failed(self) -> list[str]:
+        return [check.name for check in self.checks if check.status == "FAIL"]
+
+    @property
+    def skipped(self) -> list[str]:
+        return [check.name for check in self.checks if check.status == "SKIP"]
+
+    def verdict(self) -> str:
+        """``VERIFICATION SUCCESSFUL`` (every check passed), ``... PASSED WITH N SKIPPED (skipped: ...)`` or
+        ``... FAILED (failed: ...)``: a skipped check is never counted as a pass."""
+        skipped = f"skipped: {', '.join(self.skipped)}" if self.skipped else ""
+        if not self.ok:
+            return f"VERIFICATION FAILED (failed: {', '.join(self.failed)}{'; ' + skipped if skipped else ''})"
+        if self.skipped:
+            return f"VERIFICATION PASSED WITH {len(self.skipped)} SKIPPED ({skipped})"
+        return "VERIFICATION SUCCESSFUL"
+
     def to_text(self) -> str:
         width = max(len(key) for key in self.environment)
         lines = ["lightning-anyaccel environment report", "=" * 38]
         lines += [f"{key:<{width}} : {value}" for key, value in self.environment.items()]
         lines += ["", "checks", "-" * 6]
         lines += [f"[{check.status}] {check.name}: {check.detail}" for check in self.checks]
-        verdict = "VERIFICATION SUCCESSFUL" if self.ok else "VERIFICATION FAILED"
-        failed = [check.name for check in self.checks if check.status == "FAIL"]
-        lines += ["", verdict + (f" (failed: {', '.join(failed)})" if failed else "")]
+        lines += ["", self.verdict()]
         return "\n".join(lines)
 
 
@@ -328,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lightning_anyaccel.verify", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default=None, help="device type to check (default: what PyTorch reports)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--fail-on-skip", action="store_true",
+                        help="exit 1 when a check was skipped too (CI on a cluster, where every check must run)")
     parser.add_argument("--frontend", default=None, choices=["lightning", "pytorch_lightning"],
                         help="the Lightning package to train with (default: lightning, else pytorch_lightning)")
     args = parser.parse_args(argv)
@@ -339,9 +359,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.json:
         print(json.dumps({"environment": report.environment, "checks": [asdict(c) for c in report.checks],
-                          "ok": report.ok}, indent=2, default=str))
+                          "ok": report.ok, "skipped": report.skipped, "verdict": report.verdict()},
+                         indent=2, default=str))
     else:
         print(report.to_text())
+    if args.fail_on_skip and report.skipped:
+        print(f"--fail-on-skip: {len(report.skipped)} check(s) skipped: {', '.join(report.skipped)}", file=sys.stderr)
+        return 1
     return 0 if report.ok else 1
 
 

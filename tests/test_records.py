@@ -1,0 +1,200 @@
+"""Validation records (``lightning_anyaccel.records``): written by the run, tied to the commit, checked.
+
+A real pytest run writes one (``--validation-record``, under pytest-xdist as ``make test`` runs it);
+every committed record in ``docs/records`` is what a run wrote (its digest, counts and features
+follow from its own test list) and names a commit of this repository's history.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lightning_anyaccel import records
+
+from conftest import ROOT, run_python
+
+COMMITTED = sorted((ROOT / records.RECORD_DIR).glob("*.toml"))
+FIT = "tests/test_trainer_cpu.py::test_single_device_fit_learns"
+SKIPPED = "tests/test_trainer_cpu.py::test_fork_refused_after_the_parent_initialised_the_device"
+UNMARKED = "tests/test_trainer_cpu.py::test_names_register"
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _has_history() -> bool:
+    try:
+        return bool(_git("rev-parse", "HEAD"))
+    except (OSError, subprocess.CalledProcessError):
+        return False
+
+
+@pytest.mark.slow
+def test_a_pytest_run_writes_its_record(tmp_path):
+    """Two xdist workers: outcomes, skip reasons and marker-given features reach the record; unmarked tests
+    credit nothing; the commit is the one given where git is not asked."""
+    path = tmp_path / "cpu-hardware.toml"
+    proc = run_python(["-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-q", f"{FIT}[any-name]",
+                       f"{FIT}[typed-any_single]", SKIPPED, UNMARKED, "--validation-record", str(path)],
+                      env={records.COMMIT_ENV: "0123456789abcdef0123456789abcdef01234567-dirty"}, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    text = path.read_text()
+    assert records.problems(text) == []
+    record = records.loads(text)
+    assert (record["device_type"], record["level"], record["runner"]) == ("cpu", "hardware", "pytest")
+    assert (record["commit"], record["tree_clean"]) == ("0123456789abcdef0123456789abcdef01234567", False)
+    assert record["commit_source"] == records.COMMIT_ENV
+    assert (record["passed"], record["failed"], record["skipped"]) == (3, 0, 1)
+    assert record["features"] == {"single_device": "passed"}  # fork_safety was skipped: no credit
+    assert record["tests"][f"{FIT}[any-name]"] == {"outcome": "passed", "features": ["single_device"]}
+    assert record["tests"][UNMARKED] == {"outcome": "passed"}
+    skipped = record["tests"][SKIPPED]
+    assert skipped["outcome"] == "skipped" and skipped["features"] == ["fork_safety"] and "fork" in skipped["reason"]
+    assert "tests/test_trainer_cpu.py" in record["covers"] and "src" in record["covers"]
+    assert record["command"].startswith("pytest ") and "--validation-record" in record["command"]
+    assert record["torch"] and record["lightning"] and record["python"] and record["date"]
+
+
+def _outcomes() -> dict[str, records.Outcome]:
+    return {
+        "t.py::ddp2": records.Outcome("passed", ("ddp",), 2),
+        "t.py::ddp1": records.Outcome("passed", ("ddp",), 1),
+        "t.py::fsdp1": records.Outcome("passed", ("fsdp",), 1),
+        "t.py::fsdp2": records.Outcome("failed", ("fsdp2",), 2, "AssertionError: held"),
+        "t.py::fork": records.Outcome("skipped", ("fork_safety",), reason="needs 2 cpu devices"),
+        "t.py::plain": records.Outcome("passed"),
+    }
+
+
+def test_features_come_from_passing_marked_tests_only():
+    summary = records.summarise(_outcomes())
+    assert summary["features"] == {"ddp": "passed", "fsdp": "passed (1 process)", "fsdp2": "failed"}
+    assert (summary["passed"], summary["failed"], summary["skipped"], summary["max_processes"]) == (4, 1, 1, 2)
+    assert summary["failed_tests"] == ["t.py::fsdp2"]
+    with pytest.raises(ValueError, match="unknown feature.*'forking'.*fork_safety"):
+        records.check_features(["forking"], "t.py::x")
+
+
+def _record_text(tmp_path: Path) -> str:
+    record = records.build_record(device_type="cpu", level="hardware", tests=_outcomes(), command="pytest t.py",
+                                  covers=["src", "t.py"], root=ROOT, runner="pytest")
+    path = tmp_path / "r.toml"
+    records.write(path, record)
+    assert [p.name for p in tmp_path.iterdir()] == ["r.toml"]  # nothing staged left beside it
+    return path.read_text()
+
+
+def test_a_record_edited_by_hand_is_caught(tmp_path):
+    text = _record_text(tmp_path)
+    assert records.problems(text) == []
+    # a count changed with the digest: caught by the digest
+    assert "edited after the run" in records.problems(text.replace("passed = 4", "passed = 5"))[0]
+    # ... and with a digest recomputed: the counts no longer follow from the tests
+    body = text.split("\n", 3)[3].replace("\npassed = 4\n", "\npassed = 5\n")
+    forged = records.dumps({**records.loads(body), "passed": 5})
+    assert any("passed = 5, but its tests give 4" in p for p in records.problems(forged))
+    # a feature added by hand
+    forged = records.dumps({**records.loads(text), "features": {"ddp": "passed", "deepspeed": "passed"}})
+    assert any(p.startswith("features = ") for p in records.problems(forged))
+
+
+def test_an_interrupted_write_leaves_no_record(tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(records.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        records.write(tmp_path / "r.toml", {"format": 1, "features": {}, "tests": {}})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_commit_without_git(tmp_path, monkeypatch):
+    """A copy of the tree without ``.git``: the commit from the environment, else "unknown", never an error."""
+    monkeypatch.delenv(records.COMMIT_ENV, raising=False)
+    monkeypatch.setattr(records, "_installed_commit", lambda: None)
+    assert records.provenance(tmp_path) == {"commit": "unknown", "tree_clean": False, "commit_source": "unknown"}
+    monkeypatch.setenv(records.COMMIT_ENV, "abc1234")
+    assert records.provenance(tmp_path) == {"commit": "abc1234", "tree_clean": True,
+                                            "commit_source": records.COMMIT_ENV}
+    monkeypatch.setenv(records.COMMIT_ENV, "main")
+    with pytest.raises(ValueError, match="git rev-parse HEAD"):
+        records.provenance(tmp_path)
+    assert records.age({"commit": "unknown"}, ROOT) is None
+    assert records.age({"commit": "0" * 40}, ROOT) is None  # not in this history (a shallow clone)
+    assert records.age({"commit": "0" * 40}, tmp_path) is None  # no git at all
+
+
+@pytest.mark.skipif(not _has_history(), reason="a copy without git history: the age is unknown there")
+def test_age_counts_commits_to_the_covered_code():
+    head = _git("rev-parse", "HEAD")
+    first_src = _git("log", "--format=%H", "--", "src").splitlines()[-1]
+    assert records.age({"commit": head, "covers": ["src"]}, ROOT) == 0
+    expected = int(_git("rev-list", "--count", f"{first_src}..HEAD", "--", "src"))
+    assert expected > 0 and records.age({"commit": first_src, "covers": ["src"]}, ROOT) == expected
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[p.name for p in COMMITTED])
+def test_committed_records_are_what_their_runs_wrote(path):
+    """Each committed record: the digest, counts and features follow from its own tests; its name says its
+    device and level; its commit is in this repository's history (where the history is there to ask)."""
+    text = path.read_text()
+    assert records.problems(text) == [], path.name
+    record = records.loads(text)
+    assert path.stem == f"{record['device_type']}-{record['level']}", path.name
+    assert re.fullmatch(r"[0-9a-f]{40}", record["commit"]), f"{path.name}: no commit"
+    if _has_history():
+        assert subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", record["commit"], "HEAD"],
+                              capture_output=True).returncode == 0, f"{path.name}: {record['commit']} is not in HEAD's history"
+
+
+def test_records_exist():
+    assert COMMITTED, f"no records in {records.RECORD_DIR}"
+
+
+def _docs_extension():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("anyaccel_docs", ROOT / "docs" / "_ext" / "anyaccel_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_matrix_reads_records_their_age_and_staleness(tmp_path, monkeypatch):
+    """Levels and status from records only; a checkout without git history says "age unknown"; past the bound,
+    "stale"; a feature that failed or ran as one process says so."""
+    docs = _docs_extension()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "validation.toml").write_text((ROOT / "docs" / "validation.toml").read_text())
+    monkeypatch.setenv(records.COMMIT_ENV, _git("rev-parse", "HEAD") if _has_history() else "0" * 40)
+    record = records.build_record(device_type="cpu", level="emulated", tests=_outcomes(), command="pytest t.py",
+                                  covers=["src"], root=None, runner="pytest")
+    record["device_type"] = "sdaa"  # an emulated sdaa's record, without loading the emulator here
+    records.write(tmp_path / records.RECORD_DIR / "sdaa-emulated.toml", record)
+    entry = docs.load_validation(tmp_path)["devices"]["sdaa"]
+    assert entry["status"] == "emulated" and entry["emulated"]["device_type"] == "sdaa"
+    assert "age unknown" in docs.age_text(entry["emulated"])  # no .git in tmp_path: a shallow copy, say so
+    assert docs._feature_cell(entry, "ddp") == "E"
+    assert docs._feature_cell(entry, "fsdp") == "E (1 process)"
+    assert docs._feature_cell(entry, "fsdp2") == "E failed"
+    assert docs._feature_cell(entry, "fork_safety") == "-"  # skipped: no credit
+    assert "pytest t.py" in docs._level_text(entry, "emulated")
+    entry["emulated"]["_age"] = records.STALE_AFTER + 1
+    assert "stale" in docs.age_text(entry["emulated"]) and docs._feature_cell(entry, "ddp") == "E stale"
+    assert "stale" in docs._status(entry)
+    assert docs.load_validation(tmp_path)["devices"]["musa"]["status"] == "untested"  # no record, nothing simulated
+
+
+def test_every_status_comes_from_a_record():
+    docs = _docs_extension()
+    data = docs.load_validation(ROOT)
+    for device_type, entry in data["devices"].items():
+        assert entry["status"] == next((lv for lv in docs.LEVELS if isinstance(entry.get(lv), dict)), "untested")
+        for level in ("hardware", "emulated"):
+            if level in entry:
+                assert entry[level]["_path"] == f"docs/records/{device_type}-{level}.toml"
