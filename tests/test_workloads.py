@@ -32,15 +32,19 @@ TIMEOUT = 540
 
 @pytest.fixture(scope="module")
 def runs(device, tmp_path_factory) -> list[dict]:
-    """Both ranks' results of one job on the device under test."""
+    """Every rank's results of one job on the device under test.
+
+    On a machine with one device the job trains only the one-device configuration, and the tests of
+    the 2-process ones (``needs_devices(2)``) are skipped, naming the count.
+    """
     out = tmp_path_factory.mktemp("workloads")
-    proc = run_python([RUN, "--device", device.type, "--out", str(out)], timeout=TIMEOUT, env=ENV)
+    configs = [] if device.count >= 2 else ["--configs", "gpt2_single"]
+    proc = run_python([RUN, "--device", device.type, "--out", str(out), *configs], timeout=TIMEOUT, env=ENV)
     lines = [line for line in proc.stdout.splitlines() if "Warning" not in line and "warn(" not in line]
     if proc.returncode != 0:
         pytest.fail(f"the workload job exited with {proc.returncode}:\n" + "\n".join(lines[-80:]))
     assert not [line for line in lines if "killed process" in line], "a successful job printed a kill:\n" + proc.stdout
-    ranks = [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
-    return ranks
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(min(2, device.count))]
 
 
 def _learned(run: dict, margin: float) -> None:
@@ -53,10 +57,9 @@ GPT2 = ["gpt2_single", "gpt2_ddp", "gpt2_fsdp", "gpt2_fsdp2"]
 
 
 #: The support matrix's features each GPT-2 configuration proves (tests/validation_record.py).
-GPT2_FEATURES = {"gpt2_single": pytest.mark.feature("transformer", "single_device"),
-                 "gpt2_ddp": pytest.mark.feature("transformer", "ddp", processes=2),
-                 "gpt2_fsdp": pytest.mark.feature("transformer", "fsdp", processes=2),
-                 "gpt2_fsdp2": pytest.mark.feature("transformer", "fsdp2", processes=2)}
+GPT2_FEATURES = {"gpt2_single": [pytest.mark.feature("transformer", "single_device")],
+                 **{name: [pytest.mark.feature("transformer", name.removeprefix("gpt2_"), processes=2),
+                           pytest.mark.needs_devices(2)] for name in ("gpt2_ddp", "gpt2_fsdp", "gpt2_fsdp2")}}
 
 
 @pytest.mark.slow
@@ -83,6 +86,7 @@ def test_gradient_accumulation_scheduler_and_norm_clipping_on_one_device(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_devices(2)
 def test_ddp_clips_by_value_syncs_the_metric_and_keeps_ranks_equal(runs):
     zero, one = runs[0]["gpt2_ddp"], runs[1]["gpt2_ddp"]
     assert zero["weights"] == one["weights"]
@@ -92,6 +96,7 @@ def test_ddp_clips_by_value_syncs_the_metric_and_keeps_ranks_equal(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_devices(2)
 @pytest.mark.parametrize("name", ["gpt2_fsdp", "gpt2_fsdp2"])
 def test_sharded_gpt2_clips_by_norm_over_all_shards(runs, name):
     """``gradient_clip_val=1.0`` under FSDP (Lightning refuses it) and FSDP2: the global norm is clipped."""
@@ -107,6 +112,7 @@ def test_sharded_gpt2_clips_by_norm_over_all_shards(runs, name):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_devices(2)
 def test_sync_batchnorm_cnn_learns_with_synchronized_layers(runs, device):
     zero, one = runs[0]["cnn_syncbn"], runs[1]["cnn_syncbn"]
     for run in (zero, one):
@@ -118,6 +124,7 @@ def test_sync_batchnorm_cnn_learns_with_synchronized_layers(runs, device):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_devices(2)
 def test_device_sync_batchnorm_matches_batchnorm_on_the_full_batch(runs):
     """Outputs, input and parameter gradients, running statistics: as BatchNorm over both ranks' halves."""
     for results in runs:
@@ -128,6 +135,7 @@ def test_device_sync_batchnorm_matches_batchnorm_on_the_full_batch(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_devices(2)
 @pytest.mark.feature("transformer", "deepspeed", processes=2)
 def test_deepspeed_trains_where_it_runs(runs, device):
     run = runs[0]["gpt2_deepspeed"]
@@ -138,6 +146,7 @@ def test_deepspeed_trains_where_it_runs(runs, device):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_devices(2)
 @pytest.mark.feature("checkpoint", processes=2)
 def test_checkpoint_resumes_on_cpu_with_one_process(runs):
     """The 2-process checkpoint of ``gpt2_ddp`` (on the device under test) resumes on CPU, world size 1."""

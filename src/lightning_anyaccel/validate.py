@@ -222,7 +222,15 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
             seen["param_device"] = str(next(pl_module.parameters()).device)
             seen["batch_device"] = str(batch[0].device)
 
-    callbacks: list[Callback] = [Probe()]
+    class SaveAtTrainEnd(Callback):
+        """Save the checkpoint at the end of training, before Lightning's teardown moves the model to the CPU."""
+
+        @override
+        def on_train_end(self, trainer: Trainer, pl_module: Any) -> None:
+            if not (out / "last.ckpt").exists():
+                trainer.save_checkpoint(out / "last.ckpt")
+
+    callbacks: list[Callback] = [Probe()] + ([SaveAtTrainEnd()] if check.name == "checkpoint" else [])
     logger: Any = False
     if check.name == "device-stats":
         from lightning.pytorch.callbacks import DeviceStatsMonitor
@@ -270,8 +278,7 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
     if check.name == "checkpoint":
         from lightning_anyaccel.checkpoint import portable_map_location
 
-        path = out / "last.ckpt"
-        trainer.save_checkpoint(path)
+        path = out / "last.ckpt"  # saved by SaveAtTrainEnd while the weights were on the device
         stored = torch.load(path, map_location=portable_map_location, weights_only=False)
         result["stored_devices"] = sorted({t.device.type for t in stored["state_dict"].values()})
         resumed, again = fit(8, ckpt_path=str(path))
