@@ -121,9 +121,14 @@ def test_wrong_device_type_is_a_value_error_too(device) -> None:
     for caught in (ValueError, MisconfigurationException, DeviceTypeError):
         with pytest.raises(caught, match=r"was given the device meta\. Use a strategy on"):
             accelerator.setup_device(torch.device("meta"))
+
+
+@pytest.mark.device_generic
+@pytest.mark.needs_devices(2)
+def test_a_strategy_on_another_device_type_is_refused(device) -> None:
     with pytest.raises(DeviceTypeError, match="Leave the strategy's devices unset"):  # strategy and accelerator disagree
-        Trainer(accelerator=device.type if not device.is_cpu else "any", devices=1,
-                strategy=AnyDDPStrategy(parallel_devices=[torch.device("meta")]), **QUIET)
+        Trainer(accelerator=device.type if not device.is_cpu else "any", devices=2,
+                strategy=AnyDDPStrategy(parallel_devices=[torch.device("meta")] * 2), **QUIET)
 
 
 @pytest.mark.device_generic
