@@ -20,25 +20,26 @@ from conftest import ROOT
 @pytest.mark.slow
 @pytest.mark.device_generic
 def test_the_kit_validates_the_device_under_test(python_runner, tmp_path, device):
-    """A short run (fit and DDP): progress shown, the record written with the level, the processes and the
-    features its checks proved, and nothing else; the checks not asked for are not in it."""
+    """A short run (a checkpoint saved on the device and resumed, and DDP): progress shown, the record written with
+    the level, the processes and the features its checks proved, and nothing else; the checks not asked for are not
+    in it."""
     path = tmp_path / "record.toml"
-    proc = python_runner(["-m", "lightning_anyaccel.validate", "--device", device.type, "--checks", "fit,ddp",
+    proc = python_runner(["-m", "lightning_anyaccel.validate", "--device", device.type, "--checks", "checkpoint,ddp",
                           "--record", str(path)], cwd=tmp_path, timeout=400)
     assert proc.returncode == 0, proc.stdout[-4000:]
-    assert "[ 1/2] fit ..." in proc.stdout and "[ 2/2] ddp: PASSED" in proc.stdout, proc.stdout[-2000:]
+    assert "[ 1/2] checkpoint ..." in proc.stdout and "[ 2/2] ddp: PASSED" in proc.stdout, proc.stdout[-2000:]
     text = path.read_text()
     assert records.problems(text) == []
     record = records.loads(text)
     processes = min(2, device.count)
     assert (record["device_type"], record["level"], record["runner"]) == (device.type, device.level,
                                                                          "lightning_anyaccel.validate")
-    assert record["features"] == {"single_device": "passed",
+    assert record["features"] == {"checkpoint": "passed",
                                   "ddp": "passed" if processes == 2 else "passed (1 process)"}
     assert record["tests"]["validate::ddp"]["processes"] == processes == record["max_processes"]
     assert record["tests"]["validate::ddp"]["reason"].startswith(
         f"{processes} process{'es' if processes == 2 else ''} on {device.type}, backend {device.backend}")
-    assert set(record["tests"]) == {"validate::fit", "validate::ddp"}
+    assert set(record["tests"]) == {"validate::checkpoint", "validate::ddp"}
     if record["commit_source"] == "git":  # this checkout, the package installed from it (editable)
         assert record["commit"] == subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                                                   text=True).stdout.strip()
