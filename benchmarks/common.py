@@ -222,33 +222,18 @@ def device_info(device_type: str) -> dict[str, Any]:
     return info
 
 
-#: Where a copy of the checkout without ``.git`` (a device machine's copy) takes its commit from.
-COMMIT_ENV = "LIGHTNING_ANYACCEL_COMMIT"
-
-
 def source_revision() -> dict[str, Any]:
-    """The commit the benchmarks ran from: ``$LIGHTNING_ANYACCEL_COMMIT`` when set, else ``git``.
+    """The commit the benchmarks ran from, as validation records name it (:func:`lightning_anyaccel.records.provenance`).
 
-    The variable (``<commit>``, or ``<commit>:dirty``) comes first: a copy of the checkout sent to
-    another machine may carry a ``.git`` of an older commit. Without either, ``{"commit": None}``:
-    the results file then says the code is unknown rather than guessing.
+    ``$LIGHTNING_ANYACCEL_COMMIT`` comes first (a copy of the checkout sent to another machine may carry a
+    ``.git`` of an older commit), then ``git``; ``{"commit": None}`` when neither tells.
     """
-    given = os.environ.get(COMMIT_ENV, "").strip()
-    if given:
-        commit, _, state = given.partition(":")
-        return {"commit": commit, "clean": state != "dirty", "from": COMMIT_ENV}
+    from lightning_anyaccel.records import provenance
 
-    def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if commit is None:
-        return {"commit": None, "clean": None, "from": None}
-    return {"commit": commit, "clean": git("status", "--porcelain", "--untracked-files=no") == "", "from": "git"}
+    found = provenance(ROOT)
+    known = found["commit"] != "unknown"
+    return {"commit": found["commit"] if known else None, "clean": found["tree_clean"] if known else None,
+            "from": found["commit_source"] if known else None}
 
 
 def device_versions(device_type: str) -> dict[str, str]:

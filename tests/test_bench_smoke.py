@@ -200,14 +200,16 @@ def test_median_interval_is_the_order_statistic_interval() -> None:
 def test_results_name_the_commit_given_over_a_stale_git(monkeypatch: pytest.MonkeyPatch) -> None:
     """A copy of the checkout sent to another machine (a lent GPU) may carry the ``.git`` of an older
     commit: the commit it is given in ``$LIGHTNING_ANYACCEL_COMMIT`` wins over what ``git`` reports."""
-    from benchmarks.common import COMMIT_ENV, source_revision
+    from benchmarks.common import source_revision
+
+    from lightning_anyaccel.records import COMMIT_ENV
 
     from_git = source_revision()
     assert from_git["from"] == "git" and len(from_git["commit"]) == 40  # this test runs in a git checkout
     monkeypatch.setenv(COMMIT_ENV, "0123456789abcdef0123456789abcdef01234567")
     assert source_revision() == {"commit": "0123456789abcdef0123456789abcdef01234567", "clean": True,
                                  "from": COMMIT_ENV}
-    monkeypatch.setenv(COMMIT_ENV, "0123abc:dirty")
+    monkeypatch.setenv(COMMIT_ENV, "0123456789abcdef0123456789abcdef01234567-dirty")
     assert source_revision()["clean"] is False
 
 
