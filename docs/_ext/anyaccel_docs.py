@@ -62,8 +62,8 @@ STATUS_TEXT = {
     "untested": "not tested",
 }
 
-#: The three levels of evidence, strongest first: a record ``docs/records/<type>-hardware.toml`` or
-#: ``-emulated.toml`` (lightning_anyaccel.records), or ``[devices.<type>.simulated]`` in validation.toml.
+#: The three levels of evidence, strongest first: a record ``docs/records/<type>-<level>.toml``
+#: (lightning_anyaccel.records) for each.
 LEVELS = ("hardware", "emulated", "simulated")
 
 #: Feature columns of the per-feature table (keys of a level's ``features``).
@@ -135,6 +135,8 @@ def is_stale(record: dict[str, Any]) -> bool:
 
 def where_text(record: dict[str, Any]) -> str:
     """``1 x NVIDIA H200, up to 1 process`` (hardware) or the emulated device's name and count."""
+    if record.get("level") == "simulated":
+        return str(record.get("device_name", "simulated"))
     processes = record.get("max_processes", 0)
     return (f"{record.get('device_count', '?')} x {record.get('device_name', record.get('device_type'))},"
             f" up to {processes} process{'es' if processes != 1 else ''}")
@@ -175,7 +177,7 @@ def _status(entry: dict[str, Any]) -> str:
     status = entry.get("status", "untested")
     text = STATUS_TEXT.get(status, status)
     record = entry.get(status)
-    if status not in ("hardware", "emulated") or not isinstance(record, dict):
+    if not isinstance(record, dict):
         return text
     stale = ", stale" if is_stale(record) else ""
     return f"{text} ({str(record['date'])[:10]}: {where_text(record)}{stale})"
@@ -186,8 +188,6 @@ def _level_text(entry: dict[str, Any], level: str) -> str:
     sub = entry.get(level)
     if not isinstance(sub, dict):
         return "no"
-    if level == "simulated":
-        return str(sub.get("what", "yes"))
     parts = [str(sub["date"])[:10], where_text(sub), age_text(sub)]
     parts += [f"{k} {sub[k]}" for k in ("torch", "lightning", "driver", "cuda_runtime", "collectives", "vendor_package")
               if sub.get(k)]
