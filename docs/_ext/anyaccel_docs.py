@@ -325,7 +325,9 @@ def _range_rows(data: dict[str, Any]) -> list[list[Any]]:
             prefix = f"{end['end']}/" if end.get("end") else ""
             found = {name: r for name, r in data["records"].items()
                      if name.startswith(prefix) and (prefix or "/" not in name)}
-            if found:
+            if found and not prefix:  # the main environment: the device records of the tables below
+                ran = "the records of the tables below: " + ", ".join(f"`{name}`" for name in found)
+            elif found:
                 ran = "; ".join(f"`{name}`: {str(r['date'])[:10]}, {age_text(r)}, {r['passed']} passed,"
                                 f" {r['failed']} failed, {r['skipped']} skipped" for name, r in found.items())
             else:
