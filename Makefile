@@ -78,7 +78,7 @@ PYTEST := $(LEAN_IMPORTS) $(PYTHON) -m pytest
 # the emulator's compiler and mypy each keep one core busy: side by side
 test: install
 	@$(MAKE) --no-print-directory -j2 emulator typecheck
-	$(PYTEST) -n $(TEST_WORKERS) --validation-record $(RECORDS)/cpu-hardware.toml
+	$(PYTEST) -n $(TEST_WORKERS) --validation-record $(RECORDS)/cpu-hardware.toml --simulated-records $(RECORDS)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:acme -q --validation-record $(RECORDS)/acme-emulated.toml
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS) and not test_workloads" --validation-record $(RECORDS)/xpu-emulated.toml
@@ -89,12 +89,15 @@ test: install
 # musa, which CI does not run (its time budget): the device-generic tests under their own names, without
 # what `make test` runs on the emulated device under one name only (DDP's spawn/fork start methods,
 # notebook 2, the workloads). A failing test does not stop the others: its record says it failed.
+# `simulated`: the records of the device types tests/test_simulated.py fakes (xpu, hpu, cuda, mps).
 # DEVICE_RECORDS picks some: `make records DEVICE_RECORDS="sdaa mlu"`.
-DEVICE_RECORDS ?= cpu xpu hpu npu sdaa mlu musa
+DEVICE_RECORDS ?= cpu xpu hpu npu sdaa mlu musa simulated
 RECORD_TESTS_cpu = -m "device_generic or feature" --device cpu
 RECORD_TESTS_xpu = -m device_generic --device emulated:xpu -k "$(SEED_DEVICE_TESTS) and not test_workloads"
 RECORD_TESTS_hpu = -m device_generic --device emulated:hpu -k "$(SEED_DEVICE_TESTS)"
 records: $(addprefix record-,$(DEVICE_RECORDS))
+record-simulated: install
+	-$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q tests/test_simulated.py --simulated-records docs/records
 record-%: emulator
 	-$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q \
 		$(or $(RECORD_TESTS_$*),-m device_generic --device emulated:$* -k "$(SEED_DEVICE_TESTS) and not test_workloads") \

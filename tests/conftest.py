@@ -86,6 +86,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          " PrivateUse1 renamed, or torch's own xpu/hpu for emulated:xpu, emulated:hpu)")
     group.addoption("--validation-record", default=None, metavar="PATH",
                     help="write the run's validation record (TOML, lightning_anyaccel.records) to PATH")
+    group.addoption("--simulated-records", default=None, metavar="DIR",
+                    help="write DIR/<type>-simulated.toml for each device type a test simulates (simulates marker)")
 
 
 def _setup_device(spec: str) -> DeviceUnderTest:
@@ -120,8 +122,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "needs_devices(n): skipped where the device under test has fewer than n devices")
     config.addinivalue_line("markers", "feature(name, ...): the support matrix feature(s) a pass of this test proves"
                                        " (tests/validation_record.py gives credit only through this marker)")
+    config.addinivalue_line("markers", "simulates(device_type, feature, ...): checks the package's decisions for"
+                                       " device_type with torch's device API faked (--simulated-records)")
     _DEVICE = _setup_device(config.getoption("--device"))
-    if config.getoption("--validation-record"):
+    if config.getoption("--validation-record") or config.getoption("--simulated-records"):
         from validation_record import Collector
 
         config.pluginmanager.register(Collector(_DEVICE), "anyaccel-validation-record")
@@ -145,10 +149,16 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = session.config.getoption("--validation-record")
+    simulated = session.config.getoption("--simulated-records")
+    collector = session.config.pluginmanager.get_plugin("anyaccel-validation-record")
     if path and _DEVICE is not None:
         from validation_record import write_record
 
-        write_record(Path(path), _DEVICE, session, session.config.pluginmanager.get_plugin("anyaccel-validation-record"))
+        write_record(Path(path), _DEVICE, session, collector)
+    if simulated:
+        from validation_record import write_simulated_records
+
+        write_simulated_records(Path(simulated), session, collector)
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ COMMITTED = sorted((ROOT / records.RECORD_DIR).glob("*.toml"))
 FIT = "tests/test_trainer_cpu.py::test_single_device_fit_learns"
 SKIPPED = "tests/test_trainer_cpu.py::test_fork_refused_after_the_parent_initialised_the_device"
 UNMARKED = "tests/test_trainer_cpu.py::test_names_register"
+SIMULATED = "tests/test_simulated.py::test_fork_refused_after_device_init[trainer]"
 
 
 def _git(*args: str) -> str:
@@ -37,20 +38,26 @@ def _has_history() -> bool:
 @pytest.mark.slow
 def test_a_pytest_run_writes_its_record(tmp_path):
     """Two xdist workers: outcomes, skip reasons and marker-given features reach the record; unmarked tests
-    credit nothing; the commit is the one given where git is not asked."""
+    credit nothing; a simulated test credits its simulated type only; the commit is the one given where git
+    is not asked."""
     path = tmp_path / "cpu-hardware.toml"
     proc = run_python(["-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-q", f"{FIT}[any-name]",
-                       f"{FIT}[typed-any_single]", SKIPPED, UNMARKED, "--validation-record", str(path)],
+                       f"{FIT}[typed-any_single]", SKIPPED, UNMARKED, SIMULATED, "--validation-record", str(path),
+                       "--simulated-records", str(tmp_path)],
                       env={records.COMMIT_ENV: "0123456789abcdef0123456789abcdef01234567-dirty"}, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:]
+    simulated = records.loads((tmp_path / "xpu-simulated.toml").read_text())
+    assert (simulated["level"], simulated["features"], simulated["passed"]) == ("simulated", {"fork_safety": "passed"}, 1)
+    assert sorted(p.name for p in tmp_path.glob("*.toml")) == ["cpu-hardware.toml", "xpu-simulated.toml"]
     text = path.read_text()
     assert records.problems(text) == []
     record = records.loads(text)
     assert (record["device_type"], record["level"], record["runner"]) == ("cpu", "hardware", "pytest")
     assert (record["commit"], record["tree_clean"]) == ("0123456789abcdef0123456789abcdef01234567", False)
     assert record["commit_source"] == records.COMMIT_ENV
-    assert (record["passed"], record["failed"], record["skipped"]) == (3, 0, 1)
-    assert record["features"] == {"single_device": "passed"}  # fork_safety was skipped: no credit
+    assert (record["passed"], record["failed"], record["skipped"]) == (4, 0, 1)
+    assert record["features"] == {"single_device": "passed"}  # fork_safety: skipped here, simulated there
+    assert record["tests"][SIMULATED] == {"outcome": "passed"}
     assert record["tests"][f"{FIT}[any-name]"] == {"outcome": "passed", "features": ["single_device"]}
     assert record["tests"][UNMARKED] == {"outcome": "passed"}
     skipped = record["tests"][SKIPPED]
@@ -187,7 +194,7 @@ def test_the_matrix_reads_records_their_age_and_staleness(tmp_path, monkeypatch)
     entry["emulated"]["_age"] = records.STALE_AFTER + 1
     assert "stale" in docs.age_text(entry["emulated"]) and docs._feature_cell(entry, "ddp") == "E stale"
     assert "stale" in docs._status(entry)
-    assert docs.load_validation(tmp_path)["devices"]["musa"]["status"] == "untested"  # no record, nothing simulated
+    assert docs.load_validation(tmp_path)["devices"]["musa"]["status"] == "untested"  # no record at any level
 
 
 def test_every_status_comes_from_a_record():
@@ -195,6 +202,6 @@ def test_every_status_comes_from_a_record():
     data = docs.load_validation(ROOT)
     for device_type, entry in data["devices"].items():
         assert entry["status"] == next((lv for lv in docs.LEVELS if isinstance(entry.get(lv), dict)), "untested")
-        for level in ("hardware", "emulated"):
+        for level in docs.LEVELS:
             if level in entry:
                 assert entry[level]["_path"] == f"docs/records/{device_type}-{level}.toml"

@@ -51,6 +51,12 @@ EXPECTED_BACKEND = {"xpu": "xccl", "hpu": "hccl", "cuda": "nccl", "npu": "hccl",
                     "musa": "mccl"}
 
 
+def simulated(feature: str, *device_types: str) -> list[Any]:
+    """``device_types`` as parameters, each marked as showing ``feature`` for it (the support matrix's simulated
+    level: ``--simulated-records``, tests/validation_record.py)."""
+    return [pytest.param(t, marks=pytest.mark.simulates(t, feature)) for t in device_types]
+
+
 def rank_devices(device_type: str, count: int) -> list[torch.device]:
     """Each local rank's device: ``<type>:<rank>``, or ``<type>:0`` where every process sees only its card (Gaudi)."""
     if get_spec(device_type).process_device_env:
@@ -105,7 +111,7 @@ def test_more_devices_than_exist(fake_device, front_end: FrontEnd):
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-@pytest.mark.parametrize("device_type", IN_PROCESS)
+@pytest.mark.parametrize("device_type", simulated("single_device", *IN_PROCESS))
 def test_single_device_strategy_takes_selected_device(fake_device, front_end: FrontEnd, device_type):
     fake_device(device_type, count=2 if device_type != "mps" else 1)
     if get_spec(device_type).process_device_env:  # Gaudi: a card is chosen by HABANA_VISIBLE_MODULES, not an index
@@ -131,7 +137,7 @@ def test_seeds_device_rng_and_sets_index(monkeypatch, device_type):
         assert ("set_device_index", 1) in fake.calls
 
 
-@pytest.mark.parametrize("device_type", IN_PROCESS)
+@pytest.mark.parametrize("device_type", simulated("device_stats", *IN_PROCESS))
 def test_device_stats_and_teardown(monkeypatch, device_type):
     fake = install_fake_device(monkeypatch, device_type)
     accelerator = AnyAccelerator(device_type)
@@ -157,7 +163,7 @@ def test_backend_follows_device_table(monkeypatch, device_type):
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-@pytest.mark.parametrize("device_type", ["xpu", "hpu", "cuda"])
+@pytest.mark.parametrize("device_type", simulated("ddp", "xpu", "hpu", "cuda"))
 def test_ddp_uses_device_backend_and_precision(fake_device, front_end: FrontEnd, device_type):
     backend = EXPECTED_BACKEND[device_type]
     fake_device(device_type, backend=backend)
@@ -223,7 +229,7 @@ def test_precision_plugin_for_cuda_is_rebuilt(fake_device, front_end: FrontEnd) 
     assert front_end.precision(built).device == "xpu"
 
 
-@pytest.mark.parametrize("device_type", ["xpu", "hpu", "cuda", "mps"])
+@pytest.mark.parametrize("device_type", simulated("mixed_precision", "xpu", "hpu", "cuda", "mps"))
 @pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
 def test_mixed_precision_targets_the_device(fake_device, device_type, precision) -> None:
     fake_device(device_type, count=1)
@@ -302,6 +308,7 @@ def test_lightning_single_strategy_on_cpu_allowed() -> None:
 
 # ----- fork safety and notebooks -------------------------------------------------------------------
 
+@pytest.mark.simulates("xpu", "fork_safety")
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_fork_refused_after_device_init(fake_device, front_end: FrontEnd):
     fake_device("xpu", initialized=True, backend="xccl")

@@ -7,6 +7,11 @@ features each passing test proves. A test names those features with the marker
 from tests that train on it: tests marked ``device_generic``, and, where the device under test is
 CPU, every marked test (the others train on CPU). No test id is matched by its name.
 
+A test that checks the package's decisions for a device type with torch's device API replaced by
+fakes (``tests/test_simulated.py``) says so with ``@pytest.mark.simulates("xpu", "ddp", ...)``: the
+device type and the features; ``--simulated-records DIR`` writes ``DIR/<type>-simulated.toml`` for
+each simulated type, from those tests alone. Such a test is never credited to the device under test.
+
 The commit comes from git in this checkout, or from ``LIGHTNING_ANYACCEL_COMMIT`` in a copy of the
 tree without ``.git`` (``lightning_anyaccel.records.provenance``).
 """
@@ -41,6 +46,16 @@ def _features(item: pytest.Item) -> tuple[tuple[str, ...], int | None]:
     return records.check_features(names, item.nodeid), processes
 
 
+def _simulated(item: pytest.Item) -> dict[str, list[str]]:
+    """The device types an item's ``simulates`` markers name, each with its features."""
+    found: dict[str, list[str]] = {}
+    for marker in item.iter_markers("simulates"):
+        device_type, *names = marker.args
+        found.setdefault(device_type, [])
+        found[device_type] += [n for n in records.check_features(names, item.nodeid) if n not in found[device_type]]
+    return found
+
+
 class Collector:
     """Collects the outcome of every test of the session (registered by tests/conftest.py).
 
@@ -52,12 +67,17 @@ class Collector:
     def __init__(self, device: Any) -> None:
         self.device = device
         self.outcomes: dict[str, records.Outcome] = {}
+        #: simulated device type -> nodeid -> outcome (with that type's features)
+        self.simulated: dict[str, dict[str, records.Outcome]] = {}
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             names, processes = _features(item)
-            if names and (item.get_closest_marker("device_generic") or self.device.is_cpu):
+            simulated = _simulated(item)
+            if simulated:
+                item.user_properties.append(("anyaccel_simulates", simulated))
+            elif names and (item.get_closest_marker("device_generic") or self.device.is_cpu):
                 item.user_properties.append(("anyaccel_features", [list(names), processes]))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -73,20 +93,47 @@ class Collector:
         elif report.failed:
             reason = (report.longreprtext.strip().splitlines() or [""])[-1][:300]
         self.outcomes[report.nodeid] = records.Outcome(outcome, tuple(features), processes, reason)
+        for device_type, names in dict(report.user_properties).get("anyaccel_simulates", {}).items():
+            self.simulated.setdefault(device_type, {})[report.nodeid] = records.Outcome(outcome, tuple(names),
+                                                                                         None, reason)
+
+
+#: What a simulated record proves and what it does not, written into it.
+SIMULATED_NOTE = ("torch's device API for this type replaced with fakes (tests/fakes.py) on a CPU build: the"
+                  " package's decisions (devices, backend name, precision device, seeding, statistics, fork"
+                  " refusal) checked; nothing ran on a device")
+
+
+def _command(session: pytest.Session) -> str:
+    return "pytest " + " ".join(a if " " not in a else repr(a) for a in session.config.invocation_params.args)
+
+
+def _write(path: Path, record: dict[str, Any]) -> None:
+    records.write(path, record)
+    print(f"\nvalidation record written to {path}: {record['passed']} passed, {record['failed']} failed,"
+          f" {record['skipped']} skipped; commit {record['commit'][:12]}"
+          f"{'' if record['tree_clean'] else ' with uncommitted changes'}", file=sys.stderr)
 
 
 def write_record(path: Path, device: Any, session: pytest.Session, collector: Collector) -> None:
     """Write the record of this session to ``path``; under pytest-xdist, only the controller writes."""
     if hasattr(session.config, "workerinput"):
         return
-    args = session.config.invocation_params.args
-    command = "pytest " + " ".join(a if " " not in a else repr(a) for a in args)
     files = sorted({nodeid.split("::", 1)[0] for nodeid in collector.outcomes})
     covers = [*COMMON_COVERS, *files, *(["tests/emulator"] if device.emulated else [])]
-    record = records.build_record(device_type=device.type, level=device.level, tests=collector.outcomes,
-                                  command=command, covers=covers, root=ROOT, runner="pytest",
-                                  note=EMULATED_NOTE if device.emulated else "")
-    records.write(path, record)
-    print(f"\nvalidation record written to {path}: {record['passed']} passed, {record['failed']} failed,"
-          f" {record['skipped']} skipped; commit {record['commit'][:12]}"
-          f"{'' if record['tree_clean'] else ' with uncommitted changes'}", file=sys.stderr)
+    _write(path, records.build_record(device_type=device.type, level=device.level, tests=collector.outcomes,
+                                      command=_command(session), covers=covers, root=ROOT, runner="pytest",
+                                      note=EMULATED_NOTE if device.emulated else ""))
+
+
+def write_simulated_records(folder: Path, session: pytest.Session, collector: Collector) -> None:
+    """Write ``folder/<type>-simulated.toml`` for every device type a test of this session simulated."""
+    if hasattr(session.config, "workerinput"):
+        return
+    for device_type, tests in sorted(collector.simulated.items()):
+        files = sorted({nodeid.split("::", 1)[0] for nodeid in tests})
+        facts = {"device_name": f"simulated {device_type} (fakes of torch's device API)", "device_count": 0}
+        _write(folder / f"{device_type}-simulated.toml",
+               records.build_record(device_type=device_type, level="simulated", tests=tests, command=_command(session),
+                                    covers=[*COMMON_COVERS, "tests/fakes.py", *files], root=ROOT, runner="pytest",
+                                    note=SIMULATED_NOTE, facts=facts))

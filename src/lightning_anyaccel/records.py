@@ -6,8 +6,8 @@ the validation kit ``python -m lightning_anyaccel.validate`` (:mod:`lightning_an
 It says:
 
 - where: the device type, the level (``hardware``: a real device, CPU included; ``emulated``: the
-  emulated accelerator of ``tests/emulator``), the device's name and count, the most processes a
-  passing test trained with;
+  emulated accelerator of ``tests/emulator``; ``simulated``: torch's device API replaced with fakes),
+  the device's name and count, the most processes a passing test trained with;
 - what code: the commit, whether the tree had uncommitted changes, and the paths the run exercised
   (``covers``: the support matrix counts the commits to them since, :func:`age`);
 - when and with what: the date, the command, torch, Lightning, Python and vendor versions;
@@ -64,8 +64,9 @@ FEATURES: dict[str, str] = {
     "transformer": "a Hugging Face transformer (GPT-2) trains",
 }
 
-#: The levels a record can have (a simulated device runs no record: docs/validation.toml describes it).
-LEVELS = ("hardware", "emulated")
+#: The levels a record can have: a real device (CPU included), the emulated accelerator of the tests, or torch's
+#: device API replaced with fakes (the package's decisions checked, nothing ran on a device).
+LEVELS = ("hardware", "emulated", "simulated")
 
 #: A record is shown as stale once this many commits changed the code it covers
 #: (``covers``) since the commit it ran on (docs/contributing.md, "Validation records").
@@ -253,8 +254,11 @@ def device_facts(device_type: str, *, emulated: bool = False) -> dict[str, Any]:
 
 def build_record(*, device_type: str, level: str, tests: Mapping[str, Outcome], command: str,
                  covers: Iterable[str], root: Path | None, runner: str, note: str = "",
-                 date: datetime.datetime | None = None) -> dict[str, Any]:
-    """A complete record (a dict in the order it is written), from the run's outcomes and this machine."""
+                 date: datetime.datetime | None = None, facts: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A complete record (a dict in the order it is written), from the run's outcomes and this machine.
+
+    ``facts`` replace what :func:`device_facts` asks torch about the device (a simulated device has none).
+    """
     if level not in LEVELS:
         raise ValueError(f"level {level!r}: one of {LEVELS}")
     for name, test in tests.items():
@@ -263,7 +267,7 @@ def build_record(*, device_type: str, level: str, tests: Mapping[str, Outcome], 
     summary = summarise(tests)
     record: dict[str, Any] = {
         "format": FORMAT, "device_type": device_type, "level": level,
-        **device_facts(device_type, emulated=level == "emulated"),
+        **(dict(facts) if facts is not None else device_facts(device_type, emulated=level == "emulated")),
         "max_processes": summary.pop("max_processes"),
         "date": when, **provenance(root), "runner": runner, "command": command, "covers": sorted(set(covers)),
         **software(),

@@ -268,8 +268,8 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
         "strategy": type(trainer.strategy).__name__,
     }
     scaler = getattr(trainer.precision_plugin, "scaler", None)
-    if scaler is not None:
-        result["scaler_device"] = str(scaler._scale.device) if scaler._scale is not None else None
+    result["precision_device"] = getattr(trainer.precision_plugin, "device", None)  # autocast's and the scaler's
+    result["scaler"] = bool(scaler is not None and scaler.is_enabled())
     if check.strategy == "any_fsdp2":
         result["sharded"] = bool(getattr(model, "sharded", False))
     if check.name == "device-stats":
@@ -315,8 +315,10 @@ def judge(check: KitCheck, device_type: str, processes: int | None, ranks: list[
         dtype = {"bf16-mixed": "bfloat16", "16-mixed": "float16"}[check.precision]
         if first["autocast"] != [f"{device_type}:{dtype}"]:
             raise AssertionError(f"autocast in training_step was {first['autocast']}, not {device_type}:{dtype}")
-    if check.precision == "16-mixed" and str(first.get("scaler_device", "")).split(":")[0] != device_type:
-        raise AssertionError(f"GradScaler on {first.get('scaler_device')}, not on {device_type}")
+    if check.precision != "32-true" and first["precision_device"] != device_type:
+        raise AssertionError(f"the precision plugin is for {first['precision_device']}, not {device_type}")
+    if check.precision == "16-mixed" and not first["scaler"]:
+        raise AssertionError("16-mixed trained without a GradScaler")
     if check.multi_process:
         backends = {rank["backend"] for rank in ranks}
         if None in backends or len(backends) != 1:
