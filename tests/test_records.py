@@ -152,7 +152,9 @@ def test_committed_records_are_what_their_runs_wrote(path):
     text = path.read_text()
     assert records.problems(text) == [], path.name
     record = records.loads(text)
-    assert path.stem == f"{record['device_type']}-{record['level']}", path.name
+    # <type>-<level>, or <type>-<level>-kit for the validation kit's run beside the test suite's
+    assert path.stem in {f"{record['device_type']}-{record['level']}{suffix}" for suffix in ("", "-kit")}, path.name
+    assert (path.stem.endswith("-kit")) == (record["runner"] == "lightning_anyaccel.validate"), path.name
     assert re.fullmatch(r"[0-9a-f]{40}", record["commit"]), f"{path.name}: no commit"
     if _has_history():
         assert subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", record["commit"], "HEAD"],
@@ -205,3 +207,16 @@ def test_every_status_comes_from_a_record():
         for level in docs.LEVELS:
             if level in entry:
                 assert entry[level]["_path"] == f"docs/records/{device_type}-{level}.toml"
+            for more in entry.get("more", {}).get(level, []):  # a second run at the level: the kit's
+                assert more["_path"] == f"docs/records/{device_type}-{level}-kit.toml"
+
+
+def test_a_feature_cell_takes_the_strongest_result_of_a_levels_records():
+    """The kit's record beside the suite's: a feature the suite skipped (2 devices) and the kit passed shows the pass."""
+    docs = _docs_extension()
+    suite = {"features": {"ddp": "passed (1 process)"}, "_age": 0}
+    kit = {"features": {"ddp": "failed", "checkpoint": "passed"}, "_age": 0}
+    entry = {"hardware": suite, "more": {"hardware": [kit]}}
+    assert docs._feature_cell(entry, "checkpoint") == "H"
+    assert docs._feature_cell(entry, "ddp") == "H (1 process)"
+    assert docs._feature_cell({"hardware": suite}, "checkpoint") == "-"

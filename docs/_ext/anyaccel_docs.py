@@ -106,7 +106,11 @@ def load_validation(srcdir: Path) -> dict[str, Any]:
     devices = data.setdefault("devices", {})
     for name, record in found.items():
         if "/" not in name:  # the main environment's records; the range ends' are in folders
-            devices.setdefault(record["device_type"], {})[record["level"]] = record
+            entry, level = devices.setdefault(record["device_type"], {}), record["level"]
+            if name != f"{record['device_type']}-{level}":  # a second run at that level (the kit beside the suite)
+                entry.setdefault("more", {}).setdefault(level, []).append(record)
+            else:
+                entry[level] = record
     for entry in devices.values():
         entry["status"] = next((level for level in LEVELS if isinstance(entry.get(level), dict)), "untested")
     data["records"] = found
@@ -183,11 +187,21 @@ def _status(entry: dict[str, Any]) -> str:
     return f"{text} ({str(record['date'])[:10]}: {where_text(record)}{stale})"
 
 
+def _records_at(entry: dict[str, Any], level: str) -> list[dict[str, Any]]:
+    """The records of a device type at ``level``: ``<type>-<level>.toml`` first, then any other run at that level
+    (``<type>-<level>-kit.toml``: the validation kit's run beside the test suite's)."""
+    first = entry.get(level)
+    return [first, *entry.get("more", {}).get(level, [])] if isinstance(first, dict) else []
+
+
 def _level_text(entry: dict[str, Any], level: str) -> str:
-    """One cell of the three-level table: the record at ``level`` (where, when, which code, what ran), or "no"."""
-    sub = entry.get(level)
-    if not isinstance(sub, dict):
-        return "no"
+    """One cell of the three-level table: the records at ``level`` (where, when, which code, what ran), or "no"."""
+    found = _records_at(entry, level)
+    return "; and ".join(_record_text(sub) for sub in found) if found else "no"
+
+
+def _record_text(sub: dict[str, Any]) -> str:
+    """One record: where, when, which code, what ran."""
     parts = [str(sub["date"])[:10], where_text(sub), age_text(sub)]
     parts += [f"{k} {sub[k]}" for k in ("torch", "lightning", "driver", "cuda_runtime", "collectives", "vendor_package")
               if sub.get(k)]
@@ -209,9 +223,11 @@ def _feature_cell(entry: dict[str, Any], feature: str) -> str:
     """
     cells = []
     for level, mark in zip(LEVELS, ("H", "E", "S")):
-        sub = entry.get(level)
-        value = str(sub.get("features", {}).get(feature, "")) if isinstance(sub, dict) else ""
-        if isinstance(sub, dict) and is_stale(sub):
+        runs = [(str(r.get("features", {}).get(feature, "")), r) for r in _records_at(entry, level)]
+        # the strongest result of the level's records: a pass, a pass with a qualifier, a failure
+        value, sub = min(runs, key=lambda run: (run[0] != "passed", not run[0].startswith("passed"),
+                                                run[0] != "failed"), default=("", None))
+        if isinstance(sub, dict) and value and is_stale(sub):
             mark += " stale"
         if value == "passed":
             return ", ".join([*cells, mark])
