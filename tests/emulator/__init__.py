@@ -52,6 +52,8 @@ OPTIONS: dict[str, str] = {
                  " False): `module.to(device)` replaces parameters instead of moving them in place",
     "noautocast": "the device module has no `get_amp_supported_dtype`/`is_bf16_supported`: `torch.autocast` fails",
     "nocollectives": "no collective backend is registered for the device type",
+    "noavg": "the collective backend refuses `ReduceOp.AVG` when it is called, as some vendors' libraries do (a"
+             " mean is a sum divided by the group's size there)",
 }
 
 #: Device types torch builds in that the emulator serves on their own dispatch keys (no rename).
@@ -142,7 +144,7 @@ def load(name: str, devices: int = 2, options: frozenset[str] = frozenset()) -> 
         if "noshallow" in options:
             _refuse_shallow_copies()
         if "nocollectives" not in options:
-            _register_collectives(name)
+            _register_collectives(name, avg="noavg" not in options)
         _loaded, _options = name, frozenset(options)
         return module
 
@@ -460,8 +462,11 @@ def _stand_in_habana_frameworks(hpu: ModuleType) -> None:
 # ------------------------------------------------------------------------------ collectives
 
 
-def _register_collectives(name: str) -> None:
-    """Register ``backend_name(name)`` for the device type, as vendors register hccl/cncl/..."""
+def _register_collectives(name: str, avg: bool = True) -> None:
+    """Register ``backend_name(name)`` for the device type, as vendors register hccl/cncl/...
+
+    ``avg=False`` (option ``noavg``): its groups refuse ``ReduceOp.AVG``.
+    """
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -472,7 +477,7 @@ def _register_collectives(name: str) -> None:
     if backend == "xccl":
         _stand_in_process_group_xccl()
     elif backend.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(backend, make_creator(name, backend), devices=[name])
+        dist.Backend.register_backend(backend, make_creator(name, backend, avg=avg), devices=[name])
 
 
 def _stand_in_process_group_xccl() -> None:
