@@ -64,8 +64,10 @@ DEVICE_TEST_WORKERS ?= 2
 # The seeds' own device types, emulated on torch's XPU/HPU dispatch keys by the same build
 # (docs/emulator.md): the device-generic tests without the spawn/fork start methods of DDP, which
 # exercise the launcher, not the device, and run on `acme` above; nor notebook 2, which runs on `acme`.
-# On xpu, not the workloads either: GPT-2's attention can not run on emulated xpu (docs/emulator.md).
+# On xpu, of the workloads GPT-2 through one device only (its attention on xpu; the strategies run on
+# `acme` and `hpu`): XPU_WORKLOADS, tests/test_workloads.py.
 SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook
+XPU_WORKLOADS ?= gpt2_single
 # tests/lean_imports on PYTHONPATH from the start: pytest's own process, not only the processes it
 # starts (tests/conftest.py), skips the imports no test needs (tests/lean_imports/lean_imports.py).
 LEAN_IMPORTS := PYTHONPATH=$(CURDIR)/tests/lean_imports$${PYTHONPATH:+:$$PYTHONPATH}
@@ -76,7 +78,7 @@ test: install
 	$(PYTEST) -n $(TEST_WORKERS)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:acme -q
-	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS) and not test_workloads"
+	WORKLOAD_CONFIGS=$(XPU_WORKLOADS) $(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS)"
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)"
 
 # mypy on src/ (configured in pyproject.toml: `@override` on every overriding method is checked). Its

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import Work
 
 ReduceOp = dist.ReduceOp
 
@@ -69,7 +70,7 @@ class _Stream:
                     self._cond.notify_all()
 
 
-class EmulatedWork(dist.Work):
+class EmulatedWork(Work):
     """A collective in flight: gloo moves the host copies now; the device tensors get the result at completion."""
 
     def __init__(self, stream: _Stream, transfers: Sequence[Any], land: Callable[[], None] | None, result: Any) -> None:
