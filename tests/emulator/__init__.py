@@ -174,8 +174,12 @@ def _attention_on_the_math_backend(name: str) -> None:
     composite math implementation (differentiable through its parts), as torch runs it for the
     other names. See docs/emulator.md.
     """
+    import warnings
+
     library = torch.library.Library("aten", "IMPL")
-    library.impl("_fused_sdp_choice", _math_choice, {"xpu": "XPU", "hpu": "HPU"}.get(name, "PrivateUse1"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a torch that has a PrivateUse1 answer of its own: the emulator's is the same
+        library.impl("_fused_sdp_choice", _math_choice, {"xpu": "XPU", "hpu": "HPU"}.get(name, "PrivateUse1"))
     if name == "xpu":
         library.impl("scaled_dot_product_attention", _attention_math, "AutogradXPU")
     _libraries.append(library)
