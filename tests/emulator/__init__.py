@@ -178,7 +178,7 @@ def _attention_on_the_math_backend(name: str) -> None:
 
     library = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a torch that has a PrivateUse1 answer of its own: the emulator's is the same
+        warnings.simplefilter("ignore")  # a torch with a PrivateUse1 answer of its own: the emulator's replaces it
         library.impl("_fused_sdp_choice", _math_choice, {"xpu": "XPU", "hpu": "HPU"}.get(name, "PrivateUse1"))
     if name == "xpu":
         library.impl("scaled_dot_product_attention", _attention_math, "AutogradXPU")
