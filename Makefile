@@ -65,7 +65,7 @@ DEVICE_TEST_WORKERS ?= 2
 # (docs/emulator.md): the device-generic tests without the spawn/fork start methods of DDP, which
 # exercise the launcher, not the device, and run on `acme` above; nor notebook 2, which runs on `acme`.
 # On xpu, of the workloads GPT-2 through one device only (its attention on xpu; the strategies run on
-# `acme` and `hpu`): XPU_WORKLOADS, tests/test_workloads.py.
+# `acme` and `hpu`): XPU_WORKLOADS, comma-separated, empty for none (tests/test_workloads.py).
 SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook
 XPU_WORKLOADS ?= gpt2_single
 # tests/lean_imports on PYTHONPATH from the start: pytest's own process, not only the processes it
