@@ -65,8 +65,10 @@ DEVICE_TEST_WORKERS ?= 2
 # (docs/emulator.md): the device-generic tests without the spawn/fork start methods of DDP, which
 # exercise the launcher, not the device, and run on `acme` above; nor notebook 2 and the validation kit
 # (tests/test_validate.py), which run on `acme`.
-# On xpu, not the workloads either: GPT-2's attention can not run on emulated xpu (docs/emulator.md).
+# On xpu, of the workloads GPT-2 through one device only (its attention on xpu; the strategies run on
+# `acme` and `hpu`): XPU_WORKLOADS, comma-separated, empty for none (tests/test_workloads.py).
 SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook and not test_the_kit
+XPU_WORKLOADS ?= gpt2_single
 # Each run writes its validation record (lightning_anyaccel/records.py) into RECORDS as <type>-<level>.toml:
 # `make test` into _build/records (CI's evidence, not committed); `make records` into docs/records, the
 # records the support matrix shows (commit them; docs/contributing.md, "Validation records").
@@ -81,7 +83,7 @@ test: install
 	$(PYTEST) -n $(TEST_WORKERS) --validation-record $(RECORDS)/cpu-hardware.toml --simulated-records $(RECORDS)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:acme -q --validation-record $(RECORDS)/acme-emulated.toml
-	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS) and not test_workloads" --validation-record $(RECORDS)/xpu-emulated.toml
+	WORKLOAD_CONFIGS=$(XPU_WORKLOADS) $(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS)" --validation-record $(RECORDS)/xpu-emulated.toml
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)" --validation-record $(RECORDS)/hpu-emulated.toml
 
 # The committed records (docs/records), each written by its run: CPU (the device-generic tests and every

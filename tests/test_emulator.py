@@ -102,3 +102,28 @@ def test_a_lesser_backend_nobody_described(tmp_path):
                    "VERIFICATION FAILED (failed: 2-process collective, bf16 autocast)"):
         assert needle in out, needle
     assert "Traceback" not in out
+
+
+@pytest.mark.slow
+def test_collectives_complete_later_and_a_backend_without_avg(tmp_path):
+    """The emulated backend as a device's: an ``async_op=True`` result lands at ``wait()`` (a missing wait reads
+    the old value), through ``get_future()`` too (DDP's buckets: both ranks end with equal weights), in the
+    order the works were issued; with option ``noavg`` it refuses ``ReduceOp.AVG``, and the package still
+    gives the mean of ``self.log(..., sync_dist=True)``, ``strategy.reduce`` and ``fabric.all_reduce``, and
+    FSDP2 trains (its gradients reduced with a sum)."""
+    env = _env(LIGHTNING_ANYACCEL_EMULATE="acme:2:noavg")
+    env["PYTHONPATH"] = os.pathsep.join([str(AUTOLOAD), env["PYTHONPATH"]])
+    proc = run_python([str(TESTS / "scripts" / "collectives_run.py")], env=env, cwd=tmp_path, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:]
+    results = dict(line[len("RESULT "):].split(": ", 1) for line in out.splitlines() if line.startswith("RESULT "))
+    for rank, own in ((0, "1.0"), (1, "2.0")):
+        assert results[f"rank{rank} read before wait"] == f"[{own}, {own}, {own}]", "the result landed before wait()"
+        assert results[f"rank{rank} read after wait"] == "[3.0, 3.0, 3.0]"
+        assert results[f"rank{rank} future"] == "[[3.0, 3.0]]"
+        assert results[f"rank{rank} issue order"] == "[2.0, True]"
+        assert results[f"rank{rank} avg"].startswith("RuntimeError: emuccl: ReduceOp.AVG is not supported")
+        for mean in ("logged mean", "strategy.reduce mean", "fabric.all_reduce mean"):
+            assert results[f"rank{rank} {mean}"] == "1.5", mean
+        assert results[f"rank{rank} fsdp2"] == "none" and results[f"rank{rank} fsdp2 steps"] == "2"
+    assert results["rank0 ddp weights"] == results["rank1 ddp weights"]

@@ -231,15 +231,17 @@ def test_deepspeed_device_rank_on_cpu_is_the_local_rank(front_end: FrontEnd, nam
 
 
 def test_deepspeed_refuses_a_device_without_its_vendor_package(monkeypatch) -> None:
-    """DeepSpeed's accelerator for a vendor device imports the vendor package; without it, refuse before starting."""
+    """DeepSpeed's accelerator for a vendor device imports the vendor package; without it, refuse before any
+    process starts (the launching process's checks), with the reason."""
     import dataclasses
 
     from lightning_anyaccel.devices import get_spec
     from lightning_anyaccel.strategies import AnyDeepSpeedStrategy, ShardingNotSupportedError
-    from lightning_anyaccel.strategies import deepspeed, sharded
+    from lightning_anyaccel.strategies import sharded
 
     strategy = AnyDeepSpeedStrategy(stage=2, parallel_devices=[torch.device("cpu")] * 2)
     spec = dataclasses.replace(get_spec("cpu"), vendor_module="not_an_installed_vendor.torch")
     monkeypatch.setattr(sharded.AnyShardedMixin, "_spec", property(lambda self: spec))
-    with pytest.raises(ShardingNotSupportedError, match="needs `not_an_installed_vendor.torch`, which is not installed"):
-        deepspeed.check_vendor_package(strategy)
+    with pytest.raises(ShardingNotSupportedError, match="needs `not_an_installed_vendor.torch`, which is not installed"
+                       r".*would run its CPU accelerator on the device's tensors"):
+        strategy._validate_device_setup()  # what the launching process runs before it starts any worker

@@ -1,4 +1,4 @@
-"""Collective backend choice and fork safety, for every device type.
+"""Collective backend choice, means without ``ReduceOp.AVG``, and fork safety, for every device type.
 
 Lightning takes the backend from ``torch.distributed.Backend.default_device_backend_map`` and
 falls back to ``gloo``: HPU then gets ``fake`` (a testing backend registered by torch's FSDP
@@ -150,6 +150,34 @@ def _try_import(module: str) -> None:
         importlib.import_module(module)
     except ImportError:
         return
+
+
+def is_mean(reduce_op: Any) -> bool:
+    """Whether a Lightning ``reduce_op`` asks for a mean: ``"mean"``/``"avg"`` (any case) or ``ReduceOp.AVG``.
+
+    >>> is_mean("mean"), is_mean("AVG"), is_mean("sum"), is_mean(None)
+    (True, True, False, False)
+    """
+    if isinstance(reduce_op, str):
+        return reduce_op.lower() in ("mean", "avg")
+    return reduce_op is not None and dist.is_available() and reduce_op == dist.ReduceOp.AVG
+
+
+def reduce_mean_as_sum(reduce: Callable[[Any, Any, Any], Any], tensor: Any, group: Any, reduce_op: Any) -> Any:
+    """Lightning's ``reduce(tensor, group, reduce_op)``, with a mean reduced as a sum divided by the group's size.
+
+    Lightning reduces a mean (``self.log(..., sync_dist=True)``, ``strategy.reduce``,
+    ``fabric.all_reduce``) with ``ReduceOp.AVG`` on every backend but gloo; some vendors'
+    collective libraries refuse ``AVG``, on some paths only (oneCCL: intel/torch-xpu-ops#2361),
+    so a probe could not tell. This sums (every backend has ``SUM``) and divides in place, as
+    Lightning does on gloo: integers are divided and truncated, as there. Anything that is not a
+    mean, and anything outside an initialised process group, goes to ``reduce`` unchanged.
+    """
+    if not (isinstance(tensor, torch.Tensor) and is_mean(reduce_op) and dist.is_available() and dist.is_initialized()):
+        return reduce(tensor, group, reduce_op)
+    total = reduce(tensor, group, "sum")
+    size = dist.get_world_size(group)
+    return total.div_(size) if torch.is_floating_point(total) else total.copy_(total / size)
 
 
 class ForkAfterInitError(LinkedError, RuntimeError):

@@ -22,7 +22,7 @@ Example:
     >>> StrategyHooks.stands_for
     ('lightning.pytorch.strategies.Strategy', 'lightning.fabric.strategies.Strategy')
     >>> sorted(hooks_of(TrainerStrategyHooks))
-    ['on_exception', 'setup']
+    ['on_exception', 'reduce', 'setup']
 """
 
 from __future__ import annotations
@@ -85,6 +85,20 @@ class TrainerStrategyHooks(StrategyHooks):
         """Called when the Trainer's run fails with ``exception``."""
         ...
 
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """Reduce ``tensor`` over the processes of ``group`` (``self.log(..., sync_dist=True)`` calls it)."""
+        ...
+
+
+class FabricStrategyHooks(StrategyHooks):
+    """Hooks of Fabric's ``Strategy`` only (the shared mixins override them; the Trainer never calls them)."""
+
+    stands_for: ClassVar[tuple[str, ...]] = ("lightning.fabric.strategies.Strategy",)
+
+    def all_reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """Reduce ``tensor`` over the processes of ``group`` (``fabric.all_reduce`` calls it)."""
+        ...
+
 
 class SingleDeviceHooks(TrainerStrategyHooks):
     """Hooks of the Trainer's and Fabric's ``SingleDeviceStrategy`` (its ``__init__``)."""
@@ -95,7 +109,7 @@ class SingleDeviceHooks(TrainerStrategyHooks):
         """``device``: the device (Lightning's default ``"cpu"``); the other arguments differ by front end."""
 
 
-class DistributedHooks(TrainerStrategyHooks):
+class DistributedHooks(TrainerStrategyHooks, FabricStrategyHooks):
     """Hooks of the Trainer's and Fabric's multi-process strategies (DDP, FSDP, ModelParallel, DeepSpeed)."""
 
     stands_for: ClassVar[tuple[str, ...]] = (
@@ -150,14 +164,15 @@ def hooks_of(cls: type[LightningHooks]) -> dict[str, Any]:
 
 #: Every class of declarations.
 ALL_HOOKS: tuple[type[LightningHooks], ...] = (
-    StrategyHooks, TrainerStrategyHooks, SingleDeviceHooks, DistributedHooks, MultiProcessingLauncherHooks,
-    FSDPPrecisionHooks,
+    StrategyHooks, TrainerStrategyHooks, FabricStrategyHooks, SingleDeviceHooks, DistributedHooks,
+    MultiProcessingLauncherHooks, FSDPPrecisionHooks,
 )
 
 __all__ = [
     "ALL_HOOKS",
     "DistributedHooks",
     "FSDPPrecisionHooks",
+    "FabricStrategyHooks",
     "LightningHooks",
     "MultiProcessingLauncherHooks",
     "SingleDeviceHooks",

@@ -52,6 +52,8 @@ OPTIONS: dict[str, str] = {
                  " False): `module.to(device)` replaces parameters instead of moving them in place",
     "noautocast": "the device module has no `get_amp_supported_dtype`/`is_bf16_supported`: `torch.autocast` fails",
     "nocollectives": "no collective backend is registered for the device type",
+    "noavg": "the collective backend refuses `ReduceOp.AVG` when it is called, as some vendors' libraries do (a"
+             " mean is a sum divided by the group's size there)",
 }
 
 #: Device types torch builds in that the emulator serves on their own dispatch keys (no rename).
@@ -141,8 +143,9 @@ def load(name: str, devices: int = 2, options: frozenset[str] = frozenset()) -> 
         )
         if "noshallow" in options:
             _refuse_shallow_copies()
+        _attention_on_the_math_backend(name)
         if "nocollectives" not in options:
-            _register_collectives(name)
+            _register_collectives(name, avg="noavg" not in options)
         _loaded, _options = name, frozenset(options)
         return module
 
@@ -156,6 +159,46 @@ def _refuse_shallow_copies() -> None:
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel": that is the point
         library.impl("_has_compatible_shallow_copy_type", lambda self, src: False, "PrivateUse1")
     _libraries.append(library)
+
+
+def _attention_on_the_math_backend(name: str) -> None:
+    """``scaled_dot_product_attention`` on its math backend (matmul, softmax: the device's CPU kernels).
+
+    torch's attention asks the backend which kernel to use. For ``hpu`` (and PrivateUse1 names) it
+    asks the operator ``aten::_fused_sdp_choice``, which the CPU fallback would answer by running
+    the CPU choice on CPU views of the tensors; under ``torch.compile`` the tensors are fake, have
+    no memory to view, and tracing failed ("Cannot access data pointer of Tensor"). Real backends
+    answer from the tensors' metadata; the emulator answers "math" without reading them. For ``xpu``
+    torch asks a dispatch stub directly, whose XPU slot a CPU build of torch lacks ("An unexpected
+    device type was provided xpu"): there the operator itself gets an ``AutogradXPU`` kernel, the
+    composite math implementation (differentiable through its parts), as torch runs it for the
+    other names. See docs/emulator.md.
+    """
+    import warnings
+
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a torch with a PrivateUse1 answer of its own: the emulator's replaces it
+        library.impl("_fused_sdp_choice", _math_choice, {"xpu": "XPU", "hpu": "HPU"}.get(name, "PrivateUse1"))
+    if name == "xpu":
+        library.impl("scaled_dot_product_attention", _attention_math, "AutogradXPU")
+    _libraries.append(library)
+
+
+def _math_choice(*args: Any, **kwargs: Any) -> int:
+    from torch.nn.attention import SDPBackend
+
+    return int(SDPBackend.MATH.value)
+
+
+def _attention_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                    dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                    enable_gqa: bool = False) -> torch.Tensor:
+    """What torch's ``scaled_dot_product_attention`` runs for the math backend: a boolean mask made additive."""
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(attn_mask.logical_not(), float("-inf"))
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
 
 
 # ------------------------------------------------------------------------------ device module
@@ -332,6 +375,7 @@ def _load_builtin(name: str, devices: int) -> ModuleType:
         module.memory_stats = memory_stats
         torch._register_device_module(name, module)
         _stand_in_habana_frameworks(module)
+    _attention_on_the_math_backend(name)
     _register_collectives(name)
     return module
 
@@ -460,8 +504,11 @@ def _stand_in_habana_frameworks(hpu: ModuleType) -> None:
 # ------------------------------------------------------------------------------ collectives
 
 
-def _register_collectives(name: str) -> None:
-    """Register ``backend_name(name)`` for the device type, as vendors register hccl/cncl/..."""
+def _register_collectives(name: str, avg: bool = True) -> None:
+    """Register ``backend_name(name)`` for the device type, as vendors register hccl/cncl/...
+
+    ``avg=False`` (option ``noavg``): its groups refuse ``ReduceOp.AVG``.
+    """
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -472,7 +519,7 @@ def _register_collectives(name: str) -> None:
     if backend == "xccl":
         _stand_in_process_group_xccl()
     elif backend.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(backend, make_creator(name, backend), devices=[name])
+        dist.Backend.register_backend(backend, make_creator(name, backend, avg=avg), devices=[name])
 
 
 def _stand_in_process_group_xccl() -> None:

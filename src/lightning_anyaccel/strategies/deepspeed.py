@@ -144,19 +144,23 @@ def select_deepspeed_accelerator(strategy: Any) -> None:
 
 
 def check_vendor_package(strategy: Any) -> None:
-    """Refuse a device whose vendor package (which DeepSpeed's accelerator imports) is missing.
+    """Refuse, before any process starts, a device whose vendor package (which DeepSpeed's accelerator imports) is missing.
 
     DeepSpeed's accelerator for a vendor device imports the vendor's package (``torch_npu``,
-    ``habana_frameworks.torch``, ...). Without it, DeepSpeed falls back to its CPU accelerator
-    while the tensors live on the device, and its start-up waits forever (seen with a device
-    registered by another PrivateUse1 backend). Checked in every worker, before Lightning's setup.
+    ``habana_frameworks.torch``, ...); a device of that type can come from another backend (an
+    ``npu`` registered by another PrivateUse1 backend, such as the tests' emulator). There,
+    DeepSpeed stops with "NPU_Accelerator requires torch_npu" in every worker once
+    ``DS_ACCELERATOR`` names the device type, and without it picks its CPU accelerator: its
+    distributed start-up then compiles its shared-memory op for minutes while the other ranks wait
+    without a word, and it treats the device's tensors as CPU tensors (docs/limitations.md).
     """
     module = strategy._spec.vendor_module
     if module is not None and importlib.util.find_spec(module.split(".")[0]) is None:
         raise ShardingNotSupportedError(
             f"DeepSpeed's {strategy.deepspeed_accelerator!r} accelerator needs `{module}`, which is not installed here"
-            f" (the {strategy.device_type!r} device comes from another backend). Use strategy='any_fsdp' or"
-            " 'any_fsdp2', which need nothing beyond torch."
+            f" (the {strategy.device_type!r} device comes from another backend); without it DeepSpeed would run its"
+            " CPU accelerator on the device's tensors. Use strategy='any_fsdp' or 'any_fsdp2', which need nothing"
+            " beyond torch."
         )
 
 
@@ -205,6 +209,7 @@ def check_inference_support(strategy: Any) -> None:
 #: What a DeepSpeed strategy does at setup, in order (launching process: the ``before_launch`` steps).
 SETUP: Setup = (
     before_launch(select_deepspeed_accelerator),
+    before_launch(check_vendor_package),
     before_launch(check_collectives),
     before_launch(supervise_worker),
     before_launch(check_accelerator),
@@ -214,7 +219,6 @@ SETUP: Setup = (
     before_launch(check_backend),
     in_worker(check_layout),
     in_worker(name_socket_interface),
-    in_worker(check_vendor_package),
     in_worker(lightning_setup_past_deepspeed_check),
     in_worker(check_device_precision),
     in_worker(destroy_process_group_at_exit),

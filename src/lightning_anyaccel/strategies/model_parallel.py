@@ -7,6 +7,8 @@ gives HPU ``fake``, audit row 10), a mixed-precision plugin for the device type 
 ``"cuda"``, the barrier without NCCL-only ``device_ids``, and the refusal of devices without
 collectives. The user shards in ``LightningModule.configure_model`` with ``fully_shard``, using
 ``self.device_mesh`` (Fabric: a ``parallelize_fn``, by default :func:`fully_shard_data_parallel`).
+FSDP2 then reduces gradients with a sum and its own division, never ``ReduceOp.AVG``, which some
+vendors' collective libraries refuse (:func:`reduce_gradients_with_sum`).
 
 Registered names: ``any_model_parallel`` (Lightning's defaults: tensor parallel within a node) and
 ``any_fsdp2`` (``tensor_parallel_size=1``: every process in the data-parallel/sharding dimension).
@@ -117,6 +119,22 @@ FABRIC_SETUP: Setup = (
 )
 
 
+def reduce_gradients_with_sum(module: Module) -> None:
+    """Make every FSDP2 part of ``module`` reduce-scatter its gradients with a sum, then divide.
+
+    torch's FSDP2 reduces float32/bfloat16 gradients with ``ReduceOp.AVG``, which some vendors'
+    collective libraries refuse, on some paths only (docs/limitations.md). Its
+    ``set_force_sum_reduction_for_comms(True)`` makes it sum and divide by the group's size itself
+    (what it always does for float16). On a torch without that method FSDP2 keeps ``AVG``.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    for part in module.modules():
+        force_sum = getattr(part, "set_force_sum_reduction_for_comms", None)
+        if isinstance(part, FSDPModule) and force_sum is not None:
+            force_sum(True)
+
+
 class AnyModelParallelMixin(AnyShardedMixin):
     """FSDP2 and tensor parallelism through Lightning's ``ModelParallelStrategy`` (either front end).
 
@@ -150,6 +168,13 @@ class AnyModelParallelStrategy(AtomicSaveMixin, AnyModelParallelMixin, ModelPara
     ``save_distributed_checkpoint`` (``True``: a sharded folder; ``False``: one full file),
     ``process_group_backend`` (default: from the device table) and ``timeout``. The setup is :data:`SETUP`.
     """
+
+    @override
+    def setup(self, trainer: Any) -> None:
+        """Lightning's setup of the model ``configure_model`` sharded, its gradients reduced with a sum."""
+        if self.model is not None:
+            reduce_gradients_with_sum(self.model)
+        super().setup(trainer)
 
 
 def fully_shard_data_parallel(module: Module, device_mesh: Any) -> Module:
@@ -191,6 +216,13 @@ class FabricModelParallelStrategy(FabricAtomicSaveMixin, AnyModelParallelMixin, 
         super().__init__(parallelize_fn or fully_shard_data_parallel, *args, **kwargs)
         self._default_parallelize = parallelize_fn is None
 
+    @override
+    def setup_module(self, module: Module) -> Module:
+        """Lightning's (the ``parallelize_fn`` shards ``module``), the gradients then reduced with a sum."""
+        module = super().setup_module(module)
+        reduce_gradients_with_sum(module)
+        return module
+
 
 __all__ = ["FABRIC_SETUP", "SETUP", "AnyModelParallelMixin", "AnyModelParallelStrategy",
-           "FabricModelParallelStrategy", "fully_shard_data_parallel"]
+           "FabricModelParallelStrategy", "fully_shard_data_parallel", "reduce_gradients_with_sum"]

@@ -26,7 +26,7 @@ from typing_extensions import override
 
 from lightning_anyaccel import _lightning, rendezvous, supervision
 from lightning_anyaccel.accelerator import DeviceCountError, process_devices
-from lightning_anyaccel.distributed import resolve_backend
+from lightning_anyaccel.distributed import reduce_mean_as_sum, resolve_backend
 from lightning_anyaccel.environments import AnyMPIEnvironment
 from lightning_anyaccel.lightning_hooks import DistributedHooks
 from lightning_anyaccel.strategies.base import AnyStrategyMixin
@@ -189,6 +189,20 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
                 " froze or lost its connection (timeout %s); the job stops on every rank.",
                 self.global_rank, self.world_size, type(exception).__name__, self.timeout,
             )
+
+    @override
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """Trainer: Lightning's reduction, a mean as a sum divided by the group's size (no ``ReduceOp.AVG``).
+
+        What ``self.log(..., sync_dist=True)`` and ``strategy.reduce`` call; see
+        :func:`~lightning_anyaccel.distributed.reduce_mean_as_sum`.
+        """
+        return reduce_mean_as_sum(super().reduce, tensor, group, reduce_op)
+
+    @override
+    def all_reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """Fabric: Lightning's ``all_reduce``, a mean as a sum divided by the group's size (no ``ReduceOp.AVG``)."""
+        return reduce_mean_as_sum(super().all_reduce, tensor, group, reduce_op)
 
     def _wrap_ddp(self, module: torch.nn.Module, device_ids: list[int] | None) -> Any:
         """Wrap ``module`` in DDP on the current stream, as plain PyTorch does, on every device type.
