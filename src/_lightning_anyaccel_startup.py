@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
+from typing_extensions import override
+
 #: The environment variable the start-up hook reads.
 ACTIVATE_ENV = "LIGHTNING_ANYACCEL_ACTIVATE"
 #: Its accepted values: on and off.
@@ -113,6 +115,7 @@ class AfterImport(importlib.abc.MetaPathFinder):
         self.callback = callback
         self._finding = False
 
+    @override
     def find_spec(
         self, fullname: str, path: Any = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:

@@ -197,7 +197,7 @@ def record_constructor_arguments(cls: type) -> None:
     """
     if cls.__dict__.get(_HOOK_MARK, False):
         return
-    original = cls.__init__
+    original = cls.__dict__.get("__init__") or cls.__init__  # type: ignore[misc]
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -205,7 +205,7 @@ def record_constructor_arguments(cls: type) -> None:
             self.__dict__[_ARGUMENTS] = (args, dict(kwargs))
         original(self, *args, **kwargs)
 
-    cls.__init__ = __init__  # type: ignore[misc]
+    setattr(cls, "__init__", __init__)
     setattr(cls, _HOOK_MARK, True)
 
 
