@@ -19,16 +19,15 @@ Example:
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import os
 import sys
-from collections.abc import Callable, Mapping
-from types import ModuleType
-from typing import Any
 
-from typing_extensions import override
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing: this module may load at every start-up
+if TYPE_CHECKING:  # at run time, only os and sys (importlib.util once a watched module is imported)
+    import importlib.machinery
+    from collections.abc import Callable, Mapping
+    from types import ModuleType
+    from typing import Any
 
 #: The environment variable the start-up hook reads.
 ACTIVATE_ENV = "LIGHTNING_ANYACCEL_ACTIVATE"
@@ -103,11 +102,14 @@ def when_imported(name: str, callback: Callable[[], Any]) -> None:
         sys.meta_path.insert(0, AfterImport(name, callback))
 
 
-class AfterImport(importlib.abc.MetaPathFinder):
-    """An import hook: lets the regular finders find ``name``, then runs ``callback`` once it was executed.
+class AfterImport:
+    """An import hook (a meta path finder): lets the regular finders find ``name``, then runs ``callback`` once it
+    was executed.
 
     ``find_spec`` is also called by mere look-ups (``importlib.util.find_spec``); the hook stays
-    installed until the module is really executed, then removes itself.
+    installed until the module is really executed, then removes itself. (Not derived from
+    ``importlib.abc.MetaPathFinder``: ``sys.meta_path`` needs only ``find_spec``, and importing
+    ``importlib.abc`` costs every start-up that arms the hook.)
     """
 
     def __init__(self, name: str, callback: Callable[[], Any]) -> None:
@@ -115,12 +117,13 @@ class AfterImport(importlib.abc.MetaPathFinder):
         self.callback = callback
         self._finding = False
 
-    @override
     def find_spec(
         self, fullname: str, path: Any = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname != self.name or self._finding:
             return None
+        import importlib.util
+
         self._finding = True
         try:
             spec = importlib.util.find_spec(fullname)
