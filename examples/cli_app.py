@@ -63,4 +63,4 @@ class RegressionData(LightningDataModule):
 
 
 if __name__ == "__main__":
-    LightningCLI(Regression, RegressionData)
+    LightningCLI(Regression, RegressionData, save_config_kwargs={"overwrite": True})
