@@ -11,13 +11,16 @@ at all (``LIGHTNING_ANYACCEL_ACTIVATE=1``) run in ``tests/test_programs.py``.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
+import textwrap
 
 import pytest
 import torch
 from torch import nn
 
 import lightning_anyaccel  # noqa: F401  (registers names and the automatic choice)
+from conftest import ROOT
 from fakes import install_fake_device
 from front_ends import EVERY_FRONT_END, EVERY_TRAINER, FrontEnd
 from lightning_anyaccel import _lightning, activation, auto
@@ -188,17 +191,20 @@ trainer:
 
 @pytest.mark.parametrize("front_end", EVERY_TRAINER)
 def test_names_and_class_paths_in_a_lightning_cli_configuration(monkeypatch, tmp_path, front_end: FrontEnd) -> None:
-    """``--trainer.accelerator xpu --trainer.strategy any_ddp``, the package's classes by class path in YAML, and no
-    accelerator at all, as a LightningCLI program parses them (``run=False``: the Trainer is built, not fitted)."""
+    """``--trainer.accelerator xpu --trainer.strategy any_ddp``, the package's classes by class path in YAML (the
+    block of docs/programs.md too), and no accelerator at all, as a LightningCLI program parses them (``run=False``:
+    the Trainer is built, not fitted)."""
     pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the programs extra)")
     install_fake_device(monkeypatch, "xpu", count=2, backend="xccl")
     monkeypatch.setattr(sys, "argv", ["program"])  # the arguments are args=, not pytest's
     cli = importlib.import_module(f"{front_end.lightning.__name__}.cli").LightningCLI
     model = importlib.import_module(f"{front_end.lightning.__name__}.demos.boring_classes").BoringModel
-    config = tmp_path / "trainer.yaml"
+    config, documented = tmp_path / "trainer.yaml", tmp_path / "documented.yaml"
     config.write_text(CLASS_PATHS.format(package=front_end.package.__name__))
+    (block,) = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "programs.md").read_text(), flags=re.S)
+    documented.write_text(textwrap.dedent(block).replace("lightning_anyaccel.", f"{front_end.package.__name__}."))
     for args in (["--trainer.accelerator", "xpu", "--trainer.strategy", "any_ddp", "--trainer.devices", "2"],
-                 ["--config", str(config)], []):
+                 ["--config", str(config)], ["--config", str(documented)], []):
         trainer = cli(model, run=False, args=args, save_config_callback=None).trainer
         assert isinstance(trainer.accelerator, front_end.package.AnyAccelerator), args
         assert trainer.accelerator.device_type == "xpu" and trainer.num_devices == 2, args

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import site
 import sys
 from pathlib import Path
@@ -48,6 +49,23 @@ def _lines(out: str, prefix: str) -> list[str]:
     return sorted(line for line in out.splitlines() if line.startswith(prefix))
 
 
+def documented_output(number: int) -> list[re.Pattern[str]]:
+    """The lines of the ``number``-th ```text block of docs/programs.md (what the program prints), as patterns:
+    numbers stand for any number, ``(...)`` for any text."""
+    blocks = re.findall(r"```text\n(.*?)```", (ROOT / "docs" / "programs.md").read_text(), flags=re.S)
+    patterns = []
+    for line in blocks[number].splitlines():
+        pattern = re.escape(line).replace(re.escape("(...)"), ".*")
+        patterns.append(re.compile(re.sub(r"\d+\\.\d+", r"\\d+\\.\\d+", pattern)))
+    return patterns
+
+
+def assert_documented(out: str, number: int) -> None:
+    """Every line the page shows for this program is in its output (the page's ```text block ``number``)."""
+    for pattern in documented_output(number):
+        assert any(pattern.fullmatch(line) for line in out.splitlines()), f"docs/programs.md: {pattern.pattern}"
+
+
 #: The same application for ``pytorch_lightning``, with a config that names the package's DDP by class path.
 PL_STRATEGY = """
 trainer:
@@ -68,10 +86,12 @@ def test_a_lightning_cli_application_trains_on_the_device_without_an_accelerator
         app.write_text((ROOT / "examples" / "cli_app.py").read_text().replace("lightning.pytorch", "pytorch_lightning"))
         (tmp_path / "strategy.yaml").write_text(PL_STRATEGY)
         configs += ["--config", str(tmp_path / "strategy.yaml")]
-    proc = run_python([str(app), "fit", *configs, "--trainer.max_epochs", "2", "--data.batch_size", "16"],
-                      env=_program_env(), cwd=tmp_path, timeout=DDP_TIMEOUT)
+    # the command of docs/programs.md (a YAML config, a command-line override)
+    proc = run_python([str(app), "fit", *configs, "--trainer.max_epochs", "2"], env=_program_env(), cwd=tmp_path,
+                      timeout=DDP_TIMEOUT)
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:]
+    assert_documented(out, 0)
     assert "lightning-anyaccel: found 2 hpu devices (Intel Gaudi (HPU)): training with AnyDDPStrategy on 2 of them" \
         in out, out[-4000:]
     assert "distributed_backend=hccl" in out  # the device's collective backend, not gloo on the CPU
@@ -140,3 +160,4 @@ def test_litgpt_finetunes_on_the_device_through_its_own_command_line(tmp_path):
     assert len(losses) == 6 and losses[-1] < losses[0], out[-4000:]
     assert "Final evaluation | val loss:" in out
     assert (out_dir / "final" / "lit_model.pth").is_file()
+    assert_documented(out, 1)
