@@ -126,6 +126,15 @@ def test_a_wrong_activation_value_names_the_accepted_ones() -> None:
         activation.is_active({"LIGHTNING_ANYACCEL_ACTIVATE": "yes"})
 
 
+def test_the_start_up_hooks_examples() -> None:
+    import doctest
+
+    import _lightning_anyaccel_startup
+
+    result = doctest.testmod(_lightning_anyaccel_startup, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
+
+
 # ----- a program's own Lightning strategy objects, where the package is put to work for it ---------------------
 
 
