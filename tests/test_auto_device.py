@@ -26,6 +26,7 @@ from front_ends import EVERY_FRONT_END, EVERY_TRAINER, FrontEnd
 from lightning_anyaccel import _lightning, activation, auto
 from lightning_anyaccel._lightning import LIGHTNING
 from lightning_anyaccel.auto import AutoModeError
+from lightning_anyaccel.devices import get_spec
 from lightning_anyaccel.policy import StrategyNotSupportedError
 
 
@@ -37,12 +38,17 @@ def _found(caplog: pytest.LogCaptureFixture, count: int, device_type: str) -> bo
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_no_accelerator_argument_takes_the_device_torch_reports(front_end: FrontEnd, device, lightning_info_logs):
     """``Trainer()``/``Fabric()``: every device of the type torch reports, the package's DDP for several, said once;
-    on a machine without an accelerator, Lightning's own ``CPUAccelerator`` and ``SingleDeviceStrategy``."""
+    on a machine without an accelerator, Lightning's own ``CPUAccelerator`` and ``SingleDeviceStrategy`` (and on a
+    device Lightning chooses itself, CUDA or MPS, Lightning's own accelerator)."""
     built = front_end.build()
     if device.is_cpu:
         assert type(built.accelerator) is front_end.lightning.accelerators.CPUAccelerator
         assert type(built.strategy) is front_end.lightning.strategies.SingleDeviceStrategy
         assert "lightning-anyaccel" not in lightning_info_logs.text
+        return
+    if get_spec(device.type).lightning_builtin:
+        assert type(built.accelerator).__module__.startswith(front_end.lightning.__name__ + ".")
+        assert built.strategy.root_device.type == device.type
         return
     assert isinstance(built.accelerator, front_end.package.AnyAccelerator)
     assert built.accelerator.device_type == device.type

@@ -79,6 +79,7 @@ trainer:
 @pytest.mark.parametrize("package", ["lightning", "pytorch_lightning"])
 def test_a_lightning_cli_application_trains_on_the_device_without_an_accelerator_flag(package, tmp_path):
     """``cli_app.py fit --config cli_app.yaml`` + overrides: ``Trainer()`` finds 2 hpu devices and trains DDP on both."""
+    pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the programs extra)")
     app = ROOT / "examples" / "cli_app.py"
     configs = ["--config", str(ROOT / "examples" / "cli_app.yaml")]
     if package == "pytorch_lightning":
