@@ -32,6 +32,7 @@ from typing import Any
 
 from lightning_anyaccel import _lightning, runtime
 from lightning_anyaccel.devices import get_spec, is_host
+from lightning_anyaccel.launch_layout import detect_launcher
 from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
@@ -147,9 +148,27 @@ def _name(device_type: str) -> str:
         return f"{device_type.upper()} device"
 
 
+def first_process(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this process is rank 0 of an MPI-style launcher's job (or was started by none).
+
+    Lightning's ``rank_zero_*`` know the rank before the strategy sets it from ``RANK``,
+    ``LOCAL_RANK`` and SLURM's variable only; ``mpiexec``/``mpirun`` name it otherwise
+    (:data:`lightning_anyaccel.launch_layout.LAUNCHERS`), and the automatic choice is logged while
+    the Trainer or Fabric is built, before that.
+
+    >>> first_process({"PMI_RANK": "1", "MPI_LOCALRANKID": "1"}), first_process({})
+    (False, True)
+    """
+    launcher = detect_launcher(environ)
+    return launcher is None or environ.get(launcher.rank, "0").strip() == "0"
+
+
 def _say(front_end: _lightning.FrontEnd, message: str, warn: bool = False) -> None:
+    if not first_process():
+        return
     rank_zero = front_end.module("lightning.fabric.utilities.rank_zero")
     (rank_zero.rank_zero_warn if warn else rank_zero.rank_zero_info)(f"lightning-anyaccel: {message}")
 
 
-__all__ = ["AUTO_ENV", "AUTO_MODES", "AutoModeError", "auto_mode", "choose_accelerator", "found_message"]
+__all__ = ["AUTO_ENV", "AUTO_MODES", "AutoModeError", "auto_mode", "choose_accelerator", "first_process",
+           "found_message"]

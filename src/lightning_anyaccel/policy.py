@@ -179,7 +179,7 @@ def check(view: _lightning.ConnectorView) -> None:
     """
     from lightning_anyaccel.strategies.base import AnyStrategyMixin
 
-    if getattr(view.accelerator, "found_by_auto", None):
+    if getattr(view.accelerator, "found_by_auto", None) and auto.first_process():
         _lightning_info(view.connector, "lightning-anyaccel: " + auto.found_message(
             view.accelerator, view.strategy, view.num_devices, view.num_nodes))
     if isinstance(view.strategy, AnyStrategyMixin):
