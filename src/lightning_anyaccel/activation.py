@@ -55,7 +55,7 @@ def record_strategy_arguments(front_end: _lightning.FrontEnd, side: str) -> None
     """
     strategies = front_end.module("lightning.pytorch.strategies" if side == "trainer" else "lightning.fabric.strategies")
     for name in PROGRAM_STRATEGIES:
-        _lightning.record_constructor_arguments(getattr(strategies, name))
+        _lightning.record_constructor_arguments(getattr(strategies, name), when=is_active)
 
 
 __all__ = ["ACTIVATE_ENV", "ACTIVATE_VALUES", "PROGRAM_STRATEGIES", "is_active", "record_strategy_arguments"]

@@ -187,8 +187,9 @@ def install_device_info_hook(front_end: FrontEnd, policy: ConnectorPolicy) -> No
 _ARGUMENTS = "__lightning_anyaccel_arguments__"
 
 
-def record_constructor_arguments(cls: type) -> None:
-    """Keep the arguments each instance of exactly ``cls`` is built with (idempotent; see :func:`constructor_arguments`).
+def record_constructor_arguments(cls: type, when: Callable[[], bool] = lambda: True) -> None:
+    """Keep the arguments each instance of exactly ``cls`` is built with while ``when()`` holds (idempotent; see
+    :func:`constructor_arguments`).
 
     For Lightning's strategy classes while the package is put to work for a program
     (``LIGHTNING_ANYACCEL_ACTIVATE=1``): the program's ``FSDPStrategy(...)`` is rebuilt as the
@@ -201,7 +202,7 @@ def record_constructor_arguments(cls: type) -> None:
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if type(self) is cls:
+        if type(self) is cls and when():
             self.__dict__[_ARGUMENTS] = (args, dict(kwargs))
         original(self, *args, **kwargs)
 
