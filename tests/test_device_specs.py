@@ -63,7 +63,8 @@ def test_an_unknown_device_never_breaks_the_cpu_report(monkeypatch, caplog, ligh
 
 @pytest.mark.device_generic
 def test_auto_names_the_device_only_the_package_serves(device, monkeypatch, caplog, lightning_info_logs):
-    """accelerator="auto" (Lightning's) trains on CPU; the report then names the present device and how to use it.
+    """Lightning's own choice (``LIGHTNING_ANYACCEL_AUTO=lightning``) trains on CPU; the report then names the present
+    device and how to use it.
 
     On the emulated device this is the real device; on CPU a present type is simulated."""
     if get_spec(device.type).lightning_builtin and not device.is_cpu:
@@ -71,6 +72,7 @@ def test_auto_names_the_device_only_the_package_serves(device, monkeypatch, capl
     if device.is_cpu:
         monkeypatch.setattr(devices, "present_device_types", lambda: ["nosuchdev"])
     present = "nosuchdev" if device.is_cpu else device.type
+    monkeypatch.setenv("LIGHTNING_ANYACCEL_AUTO", "lightning")
     trainer = Trainer(accelerator="auto", devices=1, **QUIET)
     assert trainer.strategy.root_device.type == "cpu"
     assert policy.unused_device_message(present, "cpu") in caplog.text, caplog.text

@@ -74,7 +74,8 @@ def test_a_lesser_backend_nobody_described(tmp_path):
     """Zero configuration on ``acme`` (in no table, no package code), with a backend lacking shallow copies,
     autocast and collectives (emulator options, docs/emulator.md): Fabric and the Trainer re-point optimizers
     built before the move (weights really change on the device), and ``devices=2``, a user's gloo and
-    bf16-mixed are refused naming the fix; ``verify`` prints its full report and fails, one line per failure."""
+    bf16-mixed are refused naming the fix, with ``accelerator="acme"`` and with no accelerator argument alike
+    (``Trainer()``, ``Fabric()``); ``verify`` prints its full report and fails, one line per failure."""
     env = _env(LIGHTNING_ANYACCEL_EMULATE="acme:2:noshallow,noautocast,nocollectives")
     env["PYTHONPATH"] = os.pathsep.join([str(AUTOLOAD), env["PYTHONPATH"]])
     proc = run_python([str(TESTS / "scripts" / "lesser_backend.py")], env=env, cwd=tmp_path, timeout=300)
@@ -94,6 +95,10 @@ def test_a_lesser_backend_nobody_described(tmp_path):
     assert "Backend.register_backend(NAME, create_fn, devices=['acme'])" in results["two devices"]
     assert results["gloo"].startswith("BackendError: process_group_backend='gloo' can not carry")
     assert results["bf16"].startswith("PrecisionNotSupportedError:") and "Choose one of: '32-true'" in results["bf16"]
+    # no accelerator argument (Trainer(), Fabric()): the device is found, and refused the same way
+    assert results["auto two devices"] == results["auto fabric two devices"] == results["any fabric two devices"] \
+        == results["two devices"]
+    assert results["auto bf16"] == results["auto fabric bf16"] == results["any fabric bf16"] == results["bf16"]
     assert results["verify status"] == "1"
     for needle in ("device spec               : derived from PyTorch (no table entry)",
                    "autocast dtypes           : none (32-true only)", "vendor package (emulator) : imported",

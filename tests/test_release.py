@@ -1,5 +1,6 @@
 """Release artifacts: ``python -m build`` makes an sdist and a wheel that ``twine check`` passes, and the
-wheel, installed into a fresh venv, registers its names with Lightning and trains.
+wheel, installed into a fresh venv, registers its names with Lightning and trains; its start-up hook
+(``LIGHTNING_ANYACCEL_ACTIVATE=1``) imports the package with Lightning and nothing without it.
 
 The fresh venv (no ``--system-site-packages``) holds only the wheel in its own site-packages; the
 dependencies (torch, Lightning) are read from this interpreter's site-packages through one path
@@ -32,6 +33,8 @@ import importlib.metadata, json, os, sys
 from pathlib import Path
 root = Path(sys.argv[1]).resolve()
 leaks = [p for p in sys.path if p and Path(p).resolve() in (root, root / "src")]
+import lightning
+activated = "lightning_anyaccel" in sys.modules  # LIGHTNING_ANYACCEL_ACTIVATE=1: the start-up hook imported it
 import lightning_anyaccel
 from lightning.pytorch import Trainer
 from lightning.pytorch.accelerators import AcceleratorRegistry
@@ -55,8 +58,11 @@ print("RESULT " + json.dumps({
     "global_step": trainer.global_step,
     "strategy": type(trainer.strategy).__name__,
     "losses": [model.losses[0], model.losses[-1]],
+    "activated": activated,
 }))
 """
+#: What a process that never imports Lightning has loaded, with LIGHTNING_ANYACCEL_ACTIVATE=1.
+LAZY = "import sys; print(sorted(m for m in ('torch', 'lightning', 'lightning_anyaccel') if m in sys.modules))"
 
 
 def _run(args: list[str], *, cwd: Path, timeout: float, env: dict[str, str] | None = None) -> str:
@@ -102,6 +108,10 @@ def test_wheel_contents_and_metadata(dist):
         metadata = Parser().parsestr(zf.read(meta_name).decode())
     assert "lightning_anyaccel/__init__.py" in names and "lightning_anyaccel/_version.py" in names
     assert "lightning_anyaccel/strategies/ddp.py" in names and "lightning_anyaccel/fabric/strategies.py" in names
+    # the start-up hook at the root (site-packages): its .pth file and the module it arms
+    assert {"lightning_anyaccel_startup.pth", "_lightning_anyaccel_startup.py"} <= set(names)
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read("lightning_anyaccel_startup.pth") == (ROOT / "src" / "lightning_anyaccel_startup.pth").read_bytes()
     assert not [n for n in names if n.startswith(("tests/", "notebooks/", "benchmarks/"))], "wheel ships non-package files"
     assert metadata["Version"] == __version__
     requires = [Requirement(r) for r in metadata.get_all("Requires-Dist")]
@@ -111,7 +121,8 @@ def test_wheel_contents_and_metadata(dist):
         assert name in core and not core[name].specifier.contains("2.6.2") and not core[name].specifier.contains("2.6.3")
     with tarfile.open(sdist) as tf:
         members = {m.name.split("/", 1)[1] for m in tf.getmembers() if "/" in m.name}
-    assert {"pyproject.toml", "README.md", "src/lightning_anyaccel/_version.py"} <= members
+    assert {"pyproject.toml", "setup.py", "README.md", "src/lightning_anyaccel/_version.py",
+            "src/lightning_anyaccel_startup.pth"} <= members
 
 
 def test_wheel_in_a_fresh_venv_registers_and_trains(dist, tmp_path):
@@ -126,7 +137,10 @@ def test_wheel_in_a_fresh_venv_registers_and_trains(dist, tmp_path):
          cwd=tmp_path, timeout=120)
     borrowed = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (site / "_borrowed_dependencies.pth").write_text("".join(f"{p}\n" for p in sorted(borrowed)))
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}  # no PYTHONPATH
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1",  # no PYTHONPATH
+           "LIGHTNING_ANYACCEL_ACTIVATE": "1"}
+    # the start-up hook costs a process that never imports Lightning nothing: no torch, no package
+    assert _run([str(python), "-c", LAZY], cwd=tmp_path, timeout=60, env=env).strip() == "[]"
     out = _run([str(python), "-c", CHILD, str(ROOT)], cwd=tmp_path, timeout=240, env=env)
     result = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
     assert Path(result["file"]).is_relative_to(venv), f"imported from {result['file']}, not the installed wheel"
@@ -136,6 +150,7 @@ def test_wheel_in_a_fresh_venv_registers_and_trains(dist, tmp_path):
     assert {"any_single", "any_ddp", "any_ddp_spawn", "any_fsdp", "any_deepspeed"} <= set(result["strategies"])
     assert result["global_step"] == 6 and result["strategy"] == "AnySingleDeviceStrategy"
     assert result["losses"][1] < result["losses"][0]
+    assert result["activated"], "LIGHTNING_ANYACCEL_ACTIVATE=1 did not import the package with Lightning"
     # the validation kit, from the wheel alone: one check, its record written where asked
     record = tmp_path / "cpu-hardware.toml"
     out = _run([str(python), "-m", "lightning_anyaccel.validate", "--checks", "fit", "--record", str(record)],

@@ -29,6 +29,8 @@ CHECKED = {"python", "bash"}
 CHECKED_ELSEWHERE = {
     ("migration.md", "diff"): "tests/test_migration.py: every 'after' line is in the included file it runs",
     ("validate_hardware.md", "toml"): "test_toml_blocks_parse below",
+    ("programs.md", "text"): "tests/test_programs.py: the programs print these lines",
+    ("programs.md", "yaml"): "tests/test_auto_device.py: a LightningCLI program parses it",
 }
 
 

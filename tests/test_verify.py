@@ -106,7 +106,8 @@ def test_failed_check_fails_the_report(monkeypatch):
                                     "strategies.steps", "strategies.base", "strategies.multi_process",
                                     "strategies.sharded", "strategies.ddp", "fabric.strategies", "front_ends", "local_runs",
                                     "lightning_hooks", "atomic_commit", "gloo_interface", "rendezvous",
-                                    "_lightning", "_lightning.porting", "_lightning.names", "_lightning.accessors"])
+                                    "_lightning", "_lightning.porting", "_lightning.names", "_lightning.accessors",
+                                    "auto", "activation"])
 def test_docstring_examples(module):
     import doctest
     import importlib

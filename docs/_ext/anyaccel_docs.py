@@ -397,15 +397,25 @@ def _limitations_for(text: str, device_type: str, words: list[str]) -> list[tupl
 
 
 def _trainer_lines(spec: Any) -> str:
-    """The lines a user of this device type changes: the import and the Trainer's arguments."""
-    accelerator = f'AnyAccelerator("{spec.type}")' if spec.lightning_builtin else f'"{spec.type}"'
+    """The lines a user of this device type changes: the import and the Trainer's arguments.
+
+    A device type Lightning has no accelerator for is found by ``Trainer()`` once the package is
+    imported (``lightning_anyaccel.auto``); CPU, CUDA and MPS keep Lightning's own automatic choice,
+    so their lines name the package's accelerator.
+    """
     precision = next((flag for flag in ("bf16-mixed", "16-mixed") if spec.supports_precision(flag)), "32-true")
-    lines = ["from lightning import Trainer"]
-    if spec.lightning_builtin:
-        lines.append("from lightning_anyaccel import AnyAccelerator  # also registers the strategy names")
-    else:
-        lines.append(f'import lightning_anyaccel  # registers "{spec.type}", "any_ddp", ... with Lightning')
-    lines.append("")
+    if not spec.lightning_builtin:
+        devices = f"all of them; DDP over {spec.backend} for several" if spec.backend else "one device"
+        return "\n".join([
+            "from lightning import Trainer",
+            f"import lightning_anyaccel  # from now on, Trainer() finds the {spec.type} devices",
+            "",
+            f'trainer = Trainer(precision="{precision}")  # {devices}',
+            f'trainer = Trainer(accelerator="{spec.type}", precision="{precision}")  # the same, by name',
+        ])
+    lines = ["from lightning import Trainer",
+             "from lightning_anyaccel import AnyAccelerator  # also registers the strategy names", ""]
+    accelerator = f'AnyAccelerator("{spec.type}")'
     if spec.backend:
         lines.append(f"trainer = Trainer(accelerator={accelerator}, devices=\"auto\", strategy=\"any_ddp\",")
     else:
@@ -446,6 +456,10 @@ def device_page(spec: Any, entry: dict[str, Any], limitations: str) -> str:
                   "[choose a strategy](../strategies.md).", ""]
     else:
         lines += ["One device per machine: single-device training only.", ""]
+    if not spec.lightning_builtin:
+        lines += ["A program whose Trainer or Fabric you can't edit (a LightningCLI application, a library's training "
+                  "command) trains there too with `LIGHTNING_ANYACCEL_ACTIVATE=1`: "
+                  "[programs you don't edit](../programs.md).", ""]
     if spec.type in MIGRATION:
         name, anchor = MIGRATION[spec.type]
         lines += [f"Coming from {name}: [the lines to change](../migration.md#{anchor}).", ""]

@@ -68,6 +68,9 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
 
     #: The device type of this class; ``None`` only on the unbound class.
     device_type: ClassVar[str | None] = None
+    #: How many devices ``accelerator="auto"`` found when it chose this instance (:mod:`lightning_anyaccel.auto`);
+    #: ``None`` for an accelerator the user named.
+    found_by_auto: int | None = None
     #: The unbound class a per-device class was made from (what pickle rebuilds through).
     _unbound: ClassVar[type]
 

@@ -15,6 +15,14 @@ With the package's accelerator (``"any"``, ``"xpu"``, ... or an ``AnyAccelerator
   not support, with the class to use. Such an instance may be a user's subclass or carry state
   that can not be moved to another class safely. On ``cpu``, ``cuda`` and ``mps``, where
   Lightning's own strategies work, it is kept, with its precision plugin moved to the device type.
+  Where the package is put to work for a program you don't edit (``LIGHTNING_ANYACCEL_ACTIVATE=1``,
+  :mod:`lightning_anyaccel.activation`), an instance of exactly Lightning's ``DDPStrategy``,
+  ``FSDPStrategy``, ``ModelParallelStrategy`` or ``DeepSpeedStrategy`` is rebuilt as the package's
+  strategy with the same arguments instead (said in the log): such programs build them
+  themselves, and their users can not edit that line.
+
+``accelerator="auto"`` (the default) takes the device torch reports with the package's
+accelerator (:mod:`lightning_anyaccel.auto`), and then everything above applies.
 
 CUDA/MPS/CPU users who don't use the package's accelerator see no change: the connectors run
 Lightning's code for every other accelerator (see :func:`lightning_anyaccel._lightning.install_connector_hooks`).
@@ -33,7 +41,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from lightning_anyaccel import _lightning
+from lightning_anyaccel import _lightning, activation, auto
 from lightning_anyaccel.devices import get_spec, is_host
 from lightning_anyaccel.precision import align_precision_plugin
 from lightning_anyaccel.troubleshooting import LinkedError
@@ -114,7 +122,53 @@ def translate(view: _lightning.ConnectorView) -> None:
             " accelerator's device type).", flag, view.accelerator, view.strategy_flag,
         )
     elif not isinstance(flag, str):
-        _refuse_foreign(flag, view.accelerator)
+        rebuilt = _rebuilt_for_program(flag, view.accelerator)
+        if rebuilt is None:
+            _refuse_foreign(flag, view.accelerator)
+        else:
+            view.strategy_flag = rebuilt
+
+
+def _rebuilt_for_program(strategy: Any, accelerator: Any) -> Any:
+    """The package's strategy built with the arguments of the program's Lightning ``strategy``, or ``None``.
+
+    Only where the package is put to work for the program (``LIGHTNING_ANYACCEL_ACTIVATE=1``), only
+    on device types Lightning has no accelerator for, and only for instances of exactly one of
+    Lightning's classes in :data:`~lightning_anyaccel.activation.PROGRAM_STRATEGIES` whose arguments were recorded
+    (:func:`lightning_anyaccel._lightning.record_constructor_arguments`).
+    """
+    from lightning_anyaccel.strategies.base import AnyStrategyMixin
+
+    if isinstance(strategy, AnyStrategyMixin) or not activation.is_active():
+        return None
+    name = activation.PROGRAM_STRATEGIES.get(type(strategy).__name__)
+    arguments = _lightning.constructor_arguments(strategy)
+    if name is None or arguments is None or get_spec(accelerator.device_type).lightning_builtin is not None:
+        return None
+    args, kwargs = arguments
+    ours = _registered_class(strategy, name)
+    rebuilt = ours(*args, **kwargs)
+    _lightning_info(strategy, (
+        f"lightning-anyaccel: the program's {type(strategy).__name__}(...) trains on {accelerator.device_type!r} as"
+        f" the package's {type(rebuilt).__name__} with the same arguments ({activation.ACTIVATE_ENV}=1)."))
+    return rebuilt
+
+
+def _registered_class(strategy: Any, name: str) -> type:
+    """The class registered as ``name`` with the front end (Trainer or Fabric, package) ``strategy`` was built for."""
+    front_end = _lightning.front_end_of(strategy) or _lightning.LIGHTNING
+    if type(strategy).__module__.startswith(front_end.fabric + "."):
+        registry = front_end.module("lightning.fabric.strategies").STRATEGY_REGISTRY
+    else:
+        registry = front_end.module("lightning.pytorch.strategies").StrategyRegistry
+    cls: type = registry[name]["strategy"]
+    return cls
+
+
+def _lightning_info(obj: Any, message: str) -> None:
+    """Log ``message`` on rank zero through Lightning's logger of the package ``obj`` was built for."""
+    front_end = _lightning.front_end_of(obj) or _lightning.LIGHTNING
+    front_end.module("lightning.fabric.utilities.rank_zero").rank_zero_info(message)
 
 
 def check(view: _lightning.ConnectorView) -> None:
@@ -125,6 +179,9 @@ def check(view: _lightning.ConnectorView) -> None:
     """
     from lightning_anyaccel.strategies.base import AnyStrategyMixin
 
+    if getattr(view.accelerator, "found_by_auto", None) and auto.first_process():
+        _lightning_info(view.connector, "lightning-anyaccel: " + auto.found_message(
+            view.accelerator, view.strategy, view.num_devices, view.num_nodes))
     if isinstance(view.strategy, AnyStrategyMixin):
         return
     _refuse_foreign(view.strategy, view.accelerator)
@@ -144,9 +201,15 @@ def _refuse_foreign(strategy: Any, accelerator: Any) -> None:
         (ours for cls in type(strategy).__mro__ if (ours := CLASS_EQUIVALENTS.get(cls.__name__))), "any_ddp"
     )
     if spec.lightning_builtin is None:
+        program = (
+            f" {activation.ACTIVATE_ENV}=1 rebuilds only instances of exactly Lightning's"
+            f" {', '.join(activation.PROGRAM_STRATEGIES)} built after the package was imported, not a subclass."
+            if activation.is_active() else ""
+        )
         raise StrategyNotSupportedError(
             f"Lightning's {name} can not train on {spec.name} ({device_type!r}): it runs CUDA-only code paths or"
             f" trains on CPU. Pass strategy={suggestion!r} (the same strategy on the accelerator's device type)."
+            + program
         )
     root = getattr(strategy, "_root_device", None)  # set on single-device strategies only
     if root is not None and root.type != device_type:
@@ -271,6 +334,7 @@ def log_unused_devices(trainer: Any) -> None:
 POLICY = _lightning.ConnectorPolicy(
     owns=owns, choose=choose, translate=translate, check=check, check_arguments=check_arguments,
     log_device_info=log_device_info, log_unused_devices=log_unused_devices,
+    choose_accelerator=auto.choose_accelerator,
 )
 
 __all__ = [

@@ -23,17 +23,13 @@ Example:
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import sys
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
-from typing_extensions import override
-
-from lightning_anyaccel import _lightning, devices
+from _lightning_anyaccel_startup import when_imported
+from lightning_anyaccel import _lightning, activation, devices
 from lightning_anyaccel._lightning import LIGHTNING, PYTORCH_LIGHTNING, FrontEnd
 
 _REGISTERED: list[tuple[str, str]] = []
@@ -113,6 +109,8 @@ def _register(front_end: FrontEnd, side: str) -> None:
         if hasattr(ported, "register_strategies"):
             ported.register_strategies(strategies)
     _lightning.install_connector_hooks(front_end, connector, POLICY)
+    if activation.is_active():
+        activation.record_strategy_arguments(front_end, side)
     if side == "trainer":
         _lightning.install_device_info_hook(front_end, POLICY)
 
@@ -156,46 +154,9 @@ def _register_standalone_fabric() -> None:
 
 
 def _when_imported(name: str, callback: Callable[[], Any]) -> None:
-    """Run ``callback`` once module ``name`` is imported: now if it is, else right after its import."""
-    if name in sys.modules:
-        callback()
-    elif importlib.util.find_spec(name) is not None:
-        sys.meta_path.insert(0, _AfterImport(name, callback))
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """An import hook: lets the regular finders find ``name``, then runs ``callback`` once it was executed.
-
-    ``find_spec`` is also called by mere look-ups (``importlib.util.find_spec``); the hook stays
-    installed until the module is really executed, then removes itself.
-    """
-
-    def __init__(self, name: str, callback: Callable[[], Any]) -> None:
-        self.name = name
-        self.callback = callback
-        self._finding = False
-
-    @override
-    def find_spec(self, fullname: str, path: Any = None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != self.name or self._finding:
-            return None
-        self._finding = True
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._finding = False
-        loader = spec.loader if spec is not None else None
-        if loader is not None and hasattr(loader, "exec_module"):
-            execute = loader.exec_module
-
-            def exec_module(module: ModuleType) -> None:
-                execute(module)
-                if self in sys.meta_path:
-                    sys.meta_path.remove(self)
-                    self.callback()
-
-            loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+    """Run ``callback`` once module ``name`` is imported: now if it is, else right after its import (if installed)."""
+    if name in sys.modules or importlib.util.find_spec(name) is not None:
+        when_imported(name, callback)
 
 
 __all__ = ["fabric_classes", "ported", "register", "register_fabric", "register_trainer", "registered_front_ends",

@@ -120,6 +120,13 @@ def refusals() -> None:
     result("gloo", refusal(lambda: Trainer(accelerator="acme", devices=2, **QUIET,
                                            strategy=AnyDDPStrategy(process_group_backend="gloo"))))
     result("bf16", refusal(lambda: Trainer(accelerator="acme", devices=1, precision="bf16-mixed", **QUIET)))
+    # no accelerator given: the automatic choice finds acme and refuses what it can not do, as accelerator="any" does
+    result("auto two devices", refusal(lambda: Trainer(**QUIET)))
+    result("auto fabric two devices", refusal(lambda: Fabric()))
+    result("any fabric two devices", refusal(lambda: Fabric(accelerator="any")))
+    result("auto bf16", refusal(lambda: Trainer(devices=1, precision="bf16-mixed", **QUIET)))
+    result("auto fabric bf16", refusal(lambda: Fabric(devices=1, precision="bf16-mixed").launch()))
+    result("any fabric bf16", refusal(lambda: Fabric(accelerator="any", devices=1, precision="bf16-mixed").launch()))
 
 
 def verify_report() -> None:

@@ -125,8 +125,10 @@ from lightning_anyaccel._lightning.connector_hooks import (
     _DEVICE_INFO,
     _HOOK_MARK,
     _wrap,
+    constructor_arguments,
     install_connector_hooks,
     install_device_info_hook,
+    record_constructor_arguments,
 )
 
 __all__ = [
@@ -148,8 +150,10 @@ __all__ = [
     "PrivateName",
     "front_end_of",
     "front_end_of_module",
+    "constructor_arguments",
     "install_connector_hooks",
     "install_device_info_hook",
+    "record_constructor_arguments",
     "is_interactive",
     "port",
     "ported_class",

@@ -88,6 +88,8 @@ class ConnectorPolicy:
     log_device_info: Callable[[Any], None]
     #: After Lightning's report for its own accelerators: names a present device only the package serves.
     log_unused_devices: Callable[[Any], None] = lambda trainer: None
+    #: ``accelerator="auto"``: given Lightning's choice (``"cpu"``, ``"cuda"``, ...), what to train with.
+    choose_accelerator: Callable[[FrontEnd, str], Any] = lambda front_end, lightning_choice: lightning_choice
 
 
 def install_connector_hooks(front_end: FrontEnd, connector: str, policy: ConnectorPolicy) -> None:
@@ -107,7 +109,9 @@ def install_connector_hooks(front_end: FrontEnd, connector: str, policy: Connect
     Connectors of every other accelerator run Lightning's code unchanged. A fourth wrap,
     ``_check_config_and_set_final_flags``, passes the user's arguments to
     ``policy.check_arguments`` first, so objects of the package built for the other front end
-    fail with a message instead of Lightning's "invalid accelerator name".
+    fail with a message instead of Lightning's "invalid accelerator name". A fifth,
+    ``_choose_auto_accelerator`` (a static method: ``accelerator="auto"``), hands Lightning's choice
+    to ``policy.choose_accelerator``, which may return the package's accelerator instead.
     """
     module_name, _, class_name = connector.rpartition(".")
     connector_class = getattr(front_end.module(module_name), class_name)
@@ -137,6 +141,18 @@ def install_connector_hooks(front_end: FrontEnd, connector: str, policy: Connect
         return original_flags(self, *args, **kwargs)
 
     connector_class._check_config_and_set_final_flags = check_flags
+
+    lightning_auto = connector_class.__dict__.get("_choose_auto_accelerator")
+    if not isinstance(lightning_auto, staticmethod):
+        raise TypeError(f"{connector_class.__qualname__}._choose_auto_accelerator is not a static method any more;"
+                        " lightning_anyaccel can not hook it.")
+    choose_lightning_auto = lightning_auto.__func__
+
+    @functools.wraps(choose_lightning_auto)
+    def choose_auto() -> Any:
+        return policy.choose_accelerator(front_end, choose_lightning_auto())
+
+    connector_class._choose_auto_accelerator = staticmethod(choose_auto)
     setattr(connector_class, _HOOK_MARK, True)
 
 
@@ -168,6 +184,38 @@ def install_device_info_hook(front_end: FrontEnd, policy: ConnectorPolicy) -> No
     setattr(module, _DEVICE_INFO[1], log_device_info)
 
 
+_ARGUMENTS = "__lightning_anyaccel_arguments__"
+
+
+def record_constructor_arguments(cls: type, when: Callable[[], bool] = lambda: True) -> None:
+    """Keep the arguments each instance of exactly ``cls`` is built with while ``when()`` holds (idempotent; see
+    :func:`constructor_arguments`).
+
+    For Lightning's strategy classes while the package is put to work for a program
+    (``LIGHTNING_ANYACCEL_ACTIVATE=1``): the program's ``FSDPStrategy(...)`` is rebuilt as the
+    package's strategy with the same arguments (:mod:`lightning_anyaccel.policy`). Instances of
+    subclasses record nothing: their own arguments are not the ones their base class receives.
+    """
+    if cls.__dict__.get(_HOOK_MARK, False):
+        return
+    original = cls.__dict__.get("__init__") or cls.__init__  # type: ignore[misc]
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if type(self) is cls and when():
+            self.__dict__[_ARGUMENTS] = (args, dict(kwargs))
+        original(self, *args, **kwargs)
+
+    setattr(cls, "__init__", __init__)
+    setattr(cls, _HOOK_MARK, True)
+
+
+def constructor_arguments(obj: Any) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """``(args, kwargs)`` ``obj`` was built with, for instances of a class given to :func:`record_constructor_arguments`."""
+    recorded: tuple[tuple[Any, ...], dict[str, Any]] | None = getattr(obj, "__dict__", {}).get(_ARGUMENTS)
+    return recorded
+
+
 def _wrap(
     cls: type,
     method: str,
@@ -187,4 +235,5 @@ def _wrap(
     setattr(cls, method, hooked)
 
 
-__all__ = ["ConnectorPolicy", "ConnectorView", "FABRIC_CONNECTOR", "TRAINER_CONNECTOR", "install_connector_hooks", "install_device_info_hook"]
+__all__ = ["ConnectorPolicy", "ConnectorView", "FABRIC_CONNECTOR", "TRAINER_CONNECTOR", "constructor_arguments",
+           "install_connector_hooks", "install_device_info_hook", "record_constructor_arguments"]

@@ -1,0 +1,164 @@
+"""Lightning programs nobody edited for the package, put to work with ``LIGHTNING_ANYACCEL_ACTIVATE=1``.
+
+Each runs as a user runs it, on the emulated accelerator (two ``hpu`` devices, ``tests/emulator``)
+in fresh processes: the variable is the only change, and the start-up hook the package installs
+(``lightning_anyaccel_startup.pth``) imports the package in every process once the program imports
+Lightning, the processes Lightning's launcher starts included. Nothing is downloaded: the data and
+LitGPT's checkpoint (a model built from a config, a tokenizer made from a word list) are made here.
+
+- ``examples/cli_app.py``, a LightningCLI application, with its YAML config and command-line
+  overrides and no accelerator: ``Trainer()`` trains DDP on both devices. Written for ``lightning``,
+  and the same file with ``pytorch_lightning`` imports, whose config names the package's strategy
+  by class path;
+- LitGPT, a widely used Lightning application (``pip install lightning-anyaccel[programs]``),
+  through its own command line (``litgpt finetune_full ... --devices 2``): it builds Lightning's
+  ``FSDPStrategy(...)`` itself, which trains on the device as the package's FSDP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import site
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import AUTOLOAD, DDP_TIMEOUT, LEAN_IMPORTS, ROOT, SRC, run_python
+from lightning_anyaccel.local_runs import child_env
+
+pytestmark = pytest.mark.slow
+
+HOOK = "lightning_anyaccel_startup.pth"
+
+
+def _program_env(emulate: str = "hpu:2", **extra: str) -> dict[str, str]:
+    """The environment of a program on the emulated device, the package put to work by the variable alone."""
+    hooks = [Path(p) / HOOK for p in site.getsitepackages() if (Path(p) / HOOK).exists()]
+    if not hooks:
+        pytest.fail(f"{HOOK} is not installed in {sys.prefix}: reinstall the package (`make install`)")
+    env = child_env(loopback=True, LIGHTNING_ANYACCEL_EMULATE=emulate, LIGHTNING_ANYACCEL_ACTIVATE="1",
+                    HF_HUB_OFFLINE="1", **extra)
+    env["PYTHONPATH"] = os.pathsep.join(map(str, [AUTOLOAD, SRC, LEAN_IMPORTS]))
+    return env
+
+
+def _lines(out: str, prefix: str) -> list[str]:
+    return sorted(line for line in out.splitlines() if line.startswith(prefix))
+
+
+def documented_output(number: int) -> list[re.Pattern[str]]:
+    """The lines of the ``number``-th ```text block of docs/programs.md (what the program prints), as patterns:
+    numbers stand for any number, ``(...)`` for any text."""
+    blocks = re.findall(r"```text\n(.*?)```", (ROOT / "docs" / "programs.md").read_text(), flags=re.S)
+    patterns = []
+    for line in blocks[number].splitlines():
+        pattern = re.escape(line).replace(re.escape("(...)"), ".*")
+        patterns.append(re.compile(re.sub(r"\d+\\.\d+", r"\\d+\\.\\d+", pattern)))
+    return patterns
+
+
+def assert_documented(out: str, number: int) -> None:
+    """Every line the page shows for this program is in its output (the page's ```text block ``number``)."""
+    for pattern in documented_output(number):
+        assert any(pattern.fullmatch(line) for line in out.splitlines()), f"docs/programs.md: {pattern.pattern}"
+
+
+#: The same application for ``pytorch_lightning``, with a config that names the package's DDP by class path.
+PL_STRATEGY = """
+trainer:
+  strategy:
+    class_path: lightning_anyaccel.pytorch_lightning.AnyDDPStrategy
+    init_args:
+      find_unused_parameters: false
+"""
+
+
+@pytest.mark.parametrize("package", ["lightning", "pytorch_lightning"])
+def test_a_lightning_cli_application_trains_on_the_device_without_an_accelerator_flag(package, tmp_path):
+    """``cli_app.py fit --config cli_app.yaml`` + overrides: ``Trainer()`` finds 2 hpu devices and trains DDP on both."""
+    pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the programs extra)")
+    app = ROOT / "examples" / "cli_app.py"
+    configs = ["--config", str(ROOT / "examples" / "cli_app.yaml")]
+    if package == "pytorch_lightning":
+        app = tmp_path / "cli_app.py"
+        app.write_text((ROOT / "examples" / "cli_app.py").read_text().replace("lightning.pytorch", "pytorch_lightning"))
+        (tmp_path / "strategy.yaml").write_text(PL_STRATEGY)
+        configs += ["--config", str(tmp_path / "strategy.yaml")]
+    # the command of docs/programs.md (a YAML config, a command-line override)
+    proc = run_python([str(app), "fit", *configs, "--trainer.max_epochs", "2"], env=_program_env(), cwd=tmp_path,
+                      timeout=DDP_TIMEOUT)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:]
+    assert_documented(out, 0)
+    assert "lightning-anyaccel: found 2 hpu devices (Intel Gaudi (HPU)): training with AnyDDPStrategy on 2 of them" \
+        in out, out[-4000:]
+    assert "distributed_backend=hccl" in out  # the device's collective backend, not gloo on the CPU
+    ranks = _lines(out, "rank ")
+    assert [line.split(":", 1)[0] for line in ranks] == ["rank 0 of 2", "rank 1 of 2"], out[-4000:]
+    for line in ranks:  # Gaudi: each process sees its own card as hpu:0
+        assert ": trained on hpu:0 with AnyDDPStrategy, loss " in line, line
+        first, last = map(float, line.rsplit("loss ", 1)[1].split(" -> "))
+        assert last < first / 4, line
+
+
+# ----- LitGPT ---------------------------------------------------------------------------------------------------
+
+WORDS = "the a cat dog bird fox sat ran flew hid on under near mat log tree red blue green".split()
+
+
+def _litgpt_checkpoint(root: Path) -> tuple[Path, Path]:
+    """A tiny LitGPT checkpoint (config, random weights, a word-level tokenizer) and instruction data, made here."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("litgpt", reason="the programs extra: pip install lightning-anyaccel[programs]")
+    from litgpt import GPT, Config
+    from litgpt.utils import save_config
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    checkpoint = root / "tiny-llama"
+    checkpoint.mkdir()
+    records = [{"instruction": f"where is the {animal}", "input": "", "output": f"the {animal} {verb} on the mat"}
+               for animal in WORDS[2:6] for verb in WORDS[6:10]]
+    data = root / "data.json"
+    data.write_text(json.dumps(records))
+    # the words of the data; the prompt template's other words become <unk>
+    vocab = {token: i for i, token in enumerate(["<unk>", "<s>", "</s>", *WORDS, "where", "is"])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(str(checkpoint / "tokenizer.json"))
+    (checkpoint / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "add_bos_token": False}))
+    config = Config(name="tiny-llama", block_size=128, vocab_size=len(vocab), padded_vocab_size=64, n_layer=2,
+                    n_head=2, n_embd=32, intermediate_size=64, rotary_percentage=1.0, parallel_residual=False,
+                    bias=False, norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP")
+    save_config(config, checkpoint)
+    torch.manual_seed(0)
+    torch.save(GPT(config).state_dict(), checkpoint / "lit_model.pth")
+    return checkpoint, data
+
+
+def test_litgpt_finetunes_on_the_device_through_its_own_command_line(tmp_path):
+    """``litgpt finetune_full ... --devices 2``: LitGPT's own ``FSDPStrategy(...)`` trains on both hpu devices as the
+    package's FSDP, in LitGPT's default precision (bf16-mixed where there is no CUDA), and saves its checkpoint."""
+    checkpoint, data = _litgpt_checkpoint(tmp_path)
+    litgpt = Path(sys.executable).parent / "litgpt"
+    out_dir = tmp_path / "out"
+    args = ["finetune_full", str(checkpoint), "--out_dir", str(out_dir), "--devices", "2",
+            "--data", "JSON", "--data.json_path", str(data), "--data.val_split_fraction", "0.25",
+            "--data.num_workers", "0", "--train.global_batch_size", "4", "--train.micro_batch_size", "2",
+            "--train.max_steps", "6", "--train.epochs", "10", "--train.lr_warmup_steps", "1",
+            "--eval.interval", "1000", "--eval.initial_validation", "false", "--logger_name", "csv"]
+    proc = run_python([str(litgpt), *args], env=_program_env(), cwd=tmp_path, timeout=DDP_TIMEOUT)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:]
+    assert "lightning-anyaccel: the program's FSDPStrategy(...) trains on 'hpu' as the package's AnyFSDPStrategy with" \
+           " the same arguments (LIGHTNING_ANYACCEL_ACTIVATE=1)" in out, out[-4000:]
+    assert "found 2 hpu devices (Intel Gaudi (HPU)): training with AnyFSDPStrategy on 2 of them" in out
+    assert "distributed_backend=hccl" in out and "'precision': None" in out  # LitGPT chose its default precision
+    losses = [float(line.split("loss train: ")[1].split(",")[0]) for line in out.splitlines() if "loss train:" in line]
+    assert len(losses) == 6 and losses[-1] < losses[0], out[-4000:]
+    assert "Final evaluation | val loss:" in out
+    assert (out_dir / "final" / "lit_model.pth").is_file()
+    assert_documented(out, 1)
