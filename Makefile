@@ -143,7 +143,7 @@ bench: install
 # releases; without it, versions already in the lock are kept.
 LOCK_ARGS ?=
 UV_COMPILE = $(PYTHON) -m uv pip compile -q --generate-hashes --universal --python-version 3.10 \
-	--overrides requirements/no-torch.txt --custom-compile-command "make lock" $(LOCK_ARGS)
+	--overrides requirements/no-torch.txt --overrides requirements/hub-override.txt --custom-compile-command "make lock" $(LOCK_ARGS)
 UV_TORCH_COMPILE = $(PYTHON) -m uv pip compile -q --generate-hashes --universal -c $(LOCK) \
 	--custom-compile-command "make lock" $(LOCK_ARGS)
 lock: install
