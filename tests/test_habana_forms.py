@@ -209,9 +209,11 @@ def test_deepspeed_kernel_injection_is_refused_where_deepspeed_has_no_kernels() 
 
 
 #: Each run: the form of the inference keys, the Trainer's precision, the engine's dtype (``deepspeed_inference.py``).
-#: ``bf16-mixed`` with a ``float32`` or ``float16`` engine: Lightning's DeepSpeed precision gives the inputs in
-#: bfloat16, the engine holds its weights in its dtype ("addmv input tensors must have the same dtype").
-PREDICT_RUNS = ("kwargs:32-true:float32", "config:bf16-mixed:float32", "kwargs:bf16-mixed:float16")
+#: A precision other than the engine's: Lightning's DeepSpeed precision gives the inputs in bfloat16 under
+#: ``bf16-mixed`` (float32 under ``32-true``), the engine holds its weights in its own dtype ("addmv input
+#: tensors must have the same dtype, but got Float, BFloat16"). (A ``float16`` engine: DeepSpeed's CPU
+#: accelerator refuses it on CPUs without fp16 arithmetic; the inputs follow the weights' dtype all the same.)
+PREDICT_RUNS = ("kwargs:32-true:float32", "config:bf16-mixed:float32", "kwargs:32-true:bfloat16")
 
 
 @pytest.mark.slow
@@ -233,7 +235,7 @@ def test_deepspeed_tensor_parallel_predict(python_runner, tmp_path) -> None:
             assert rank["engine"] == "InferenceEngine"
             assert rank["inner_weight"] == [8, 8]  # Linear(8, 16) split by output features over the 2 ranks
             assert rank["dtype"] == f"torch.{dtype}", run
-            tolerance = {"rtol": 1e-2, "atol": 1e-2} if dtype == "float16" else {}
+            tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == "bfloat16" else {}  # sums of partial products
             torch.testing.assert_close(torch.tensor(rank["predictions"]), torch.tensor(rank["expected"]), **tolerance)
 
 

@@ -4,11 +4,12 @@
 injection_policy={Block: ("mlp.out",)})``, two processes (popen DDP re-runs this file per rank). ``--runs``
 names one or more predictions, comma-separated, each ``FORM:PRECISION:DTYPE``: the inference keys as keyword
 arguments (``kwargs``) or in ``config=`` (``config``), the Trainer's ``precision``, the engine's ``dtype``
-(``float32``, ``float16``, ``bfloat16``). They run one after the other in the same processes, each with a new
-model and Trainer. For each, every rank writes ``<out>/<FORM>-<PRECISION>-<DTYPE>/rank<N>.json``: the engine's
-class, the shape of the layers it holds (split across the ranks), its predictions and their dtype, and the
-predictions of the unsplit model computed in the same process on the same inputs (Lightning's precision
-plugin rounds them to bf16 under ``bf16-mixed``) in the engine's dtype.
+(``float32``, ``bfloat16``; DeepSpeed's CPU accelerator refuses ``float16`` on most CPUs). They run one after
+the other in the same processes, each with a new model and Trainer. For each, every rank writes
+``<out>/<FORM>-<PRECISION>-<DTYPE>/rank<N>.json``: the engine's class, the shape of the layers it holds (split
+across the ranks), its predictions and their dtype, and the predictions of the unsplit model computed in the
+same process, in the engine's dtype, on the same inputs (which Lightning's precision plugin rounds to
+bfloat16 under ``bf16-mixed``).
 
 With ``ANYACCEL_DS_NO_SHM=1`` DeepSpeed's shared-memory CPU collectives are marked unavailable (plain gloo,
 no minute-long compile; see ``tests/scripts/shard_run.py``).
