@@ -90,8 +90,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          " PrivateUse1 renamed, or torch's own xpu/hpu for emulated:xpu, emulated:hpu; NAME:1 one device)")
     group.addoption("--validation-record", default=None, metavar="PATH",
                     help="write a validation record (TOML, the format docs/validation.toml reads) to PATH")
-    group.addoption("--expected-skips", default=None, metavar="PATH",
-                    help="fail the run on a skip that PATH (tests/expected_skips.toml) does not list (tests/skip_check.py)")
+    group.addoption("--expected-skips", default=os.environ.get("ANYACCEL_EXPECTED_SKIPS") or None, metavar="PATH",
+                    help="fail the run on a skip that PATH (tests/expected_skips.toml) does not list (tests/skip_check.py;"
+                         " default: $ANYACCEL_EXPECTED_SKIPS, which make test sets)")
 
 
 def _setup_device(spec: str) -> DeviceUnderTest:
