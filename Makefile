@@ -73,8 +73,8 @@ PYTEST := $(LEAN_IMPORTS) $(PYTHON) -m pytest
 # Every pytest run of make (test, test-compat) fails on a skip this file does not list with its reason
 # (tests/skip_check.py, docs/contributing.md); `make test ANYACCEL_EXPECTED_SKIPS=` turns the check off.
 export ANYACCEL_EXPECTED_SKIPS ?= $(CURDIR)/tests/expected_skips.toml
-# The tests of what a machine with one device does (marker one_device), run again as on such a machine:
-# CPU counted as one device, and the emulated accelerator loaded with one; one process each.
+# The tests of what a machine with one device does (marker one_device), run again on the emulated
+# accelerator loaded with one device, in one process (the CPU pass runs them already).
 ONE_DEVICE_TESTS ?= tests/test_sharding_cpu.py tests/test_verify.py
 # the emulator's compiler and mypy each keep one core busy: side by side
 test: install
@@ -82,7 +82,6 @@ test: install
 	$(PYTEST) -n $(TEST_WORKERS)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:acme -q
-	$(PYTEST) -p no:xdist -m one_device --device cpu:1 -q $(ONE_DEVICE_TESTS)
 	$(PYTEST) -p no:xdist -m one_device --device emulated:acme:1 -q $(ONE_DEVICE_TESTS)
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS) and not test_workloads"
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)"

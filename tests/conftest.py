@@ -4,7 +4,7 @@
 a real device type (``xpu``, ``cuda``, ``hpu``, ``npu``, ...), or ``emulated:NAME`` for the
 emulated accelerator of ``tests/emulator`` loaded as device type ``NAME`` in this process and,
 through ``LIGHTNING_ANYACCEL_EMULATE`` and ``PYTHONPATH``, in every child process
-(``emulated:NAME:1``: one emulated device, like a one-GPU machine; ``cpu:1``: CPU counted as one device). Tests marked
+(``emulated:NAME:1``: one emulated device, like a one-GPU machine). Tests marked
 ``device_generic`` take the device from the ``device`` fixture; ``pytest -m device_generic
 --device ...`` runs only them. A test marked ``needs_devices(n)`` is skipped, saying why, where the
 device under test has fewer than ``n`` devices (CPU always has enough: it runs several processes).
@@ -65,13 +65,10 @@ class DeviceUnderTest:
 
     @property
     def count(self) -> int:
-        """How many devices of the type this machine has (CPU: unlimited processes, reported as 2 or more;
-        ``--device cpu:N``: N, as a machine with N devices)."""
+        """How many devices of the type this machine has (CPU: unlimited processes, reported as 2 or more)."""
         from lightning_anyaccel import runtime
 
-        if self.is_cpu:
-            return int(self.spec.split(":")[1]) if ":" in self.spec else max(2, os.cpu_count() or 1)
-        return runtime.device_count(self.type)
+        return max(2, os.cpu_count() or 1) if self.is_cpu else runtime.device_count(self.type)
 
     @property
     def level(self) -> str:
@@ -85,14 +82,15 @@ _DEVICE: DeviceUnderTest | None = None
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("lightning-anyaccel")
     group.addoption("--device", default="cpu", metavar="TYPE",
-                    help="device the device-generic tests train on: cpu (default; cpu:1 as one device), a device type"
+                    help="device the device-generic tests train on: cpu (default), a device type"
                          " (xpu, cuda, hpu, npu, ...) or emulated:NAME (the emulated accelerator as NAME:"
-                         " PrivateUse1 renamed, or torch's own xpu/hpu for emulated:xpu, emulated:hpu; NAME:1 one device)")
+                         " PrivateUse1 renamed, or torch's own xpu/hpu for emulated:xpu, emulated:hpu;"
+                         " NAME:1 one device)")
     group.addoption("--validation-record", default=None, metavar="PATH",
                     help="write a validation record (TOML, the format docs/validation.toml reads) to PATH")
     group.addoption("--expected-skips", default=os.environ.get("ANYACCEL_EXPECTED_SKIPS") or None, metavar="PATH",
-                    help="fail the run on a skip that PATH (tests/expected_skips.toml) does not list (tests/skip_check.py;"
-                         " default: $ANYACCEL_EXPECTED_SKIPS, which make test sets)")
+                    help="fail the run on a skip that PATH (tests/expected_skips.toml) does not list"
+                         " (tests/skip_check.py; default: $ANYACCEL_EXPECTED_SKIPS, which make test sets)")
 
 
 def _setup_device(spec: str) -> DeviceUnderTest:
@@ -108,9 +106,7 @@ def _setup_device(spec: str) -> DeviceUnderTest:
         os.environ[emulator.ENV_VAR] = emulate
         os.environ["PYTHONPATH"] = os.pathsep.join([str(AUTOLOAD), os.environ["PYTHONPATH"]])
         return DeviceUnderTest(type=name, emulated=True, backend=emulator.backend_name(name), spec=spec)
-    if spec == "cpu" or spec.startswith("cpu:"):  # "cpu:1": the device-generic tests as on a one-device machine
-        if spec != "cpu" and not (spec[4:].isdigit() and int(spec[4:]) >= 1):
-            raise pytest.UsageError(f"--device {spec}: cpu:N takes a number of devices N >= 1 (cpu:1)")
+    if spec == "cpu":
         return DeviceUnderTest(type="cpu", emulated=False, backend="gloo", spec=spec)
     from lightning_anyaccel import runtime
     from lightning_anyaccel.distributed import resolve_backend

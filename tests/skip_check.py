@@ -2,12 +2,12 @@
 
 A skipped test proves nothing, and one that skips wherever CI runs it can never fail. So every skip of a
 run is checked against a short list, ``tests/expected_skips.toml``, in which each entry says which tests
-may skip (``tests``: node-id patterns, ``*`` and ``?`` as in shell globs), with which message (``message``:
-a part of the skip's reason, or a list of such parts), in which passes (``devices``: patterns of the
-``--device`` value, every pass when absent), and why that is right (``why``). An entry with
-``outside_ci = true`` names something CI installs (Chromium, SLURM, root): outside CI (neither
-``ANYACCEL_CI``, which ``.ci/run`` sets, nor the usual ``CI`` set) the skip is accepted, in CI it fails
-the run like any other.
+may skip (``tests``: node ids, ``*`` standing for any text and brackets for themselves: ``test_x[*]``),
+with which message (``message``: a part of the skip's reason, or a list of such parts), in which passes
+(``devices``: patterns of the ``--device`` value, every pass when absent), and why that is right
+(``why``). An entry with ``outside_ci = true`` names something CI installs (Chromium, SLURM, root):
+outside CI (neither ``ANYACCEL_CI``, which ``.ci/run`` sets, nor the usual ``CI`` set) the skip is
+accepted, in CI it fails the run like any other.
 
 At the end of the session (in the controlling process under pytest-xdist, which receives every
 worker's reports) the run fails, listing them, when a skip matched no entry, or when an entry that
@@ -17,8 +17,8 @@ longer skips). Documented in docs/contributing.md ("Skips").
 
 from __future__ import annotations
 
-import fnmatch
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,10 +43,10 @@ class ExpectedSkip:
     outside_ci: bool = False
 
     def applies_to(self, device: str) -> bool:
-        return any(fnmatch.fnmatchcase(device, pattern) for pattern in self.devices)
+        return any(_matches(pattern, device) for pattern in self.devices)
 
     def covers(self, nodeid: str) -> bool:
-        return any(fnmatch.fnmatchcase(nodeid, pattern) for pattern in self.tests)
+        return any(_matches(pattern, nodeid) for pattern in self.tests)
 
     def matches(self, message: str) -> bool:
         return any(part in message for part in self.messages)
@@ -54,6 +54,15 @@ class ExpectedSkip:
     def expects(self, nodeid: str, message: str, device: str, in_ci: bool) -> bool:
         return (self.applies_to(device) and self.covers(nodeid) and self.matches(message)
                 and not (self.outside_ci and in_ci))
+
+
+def _matches(pattern: str, text: str) -> bool:
+    """``*`` matches any text; everything else, brackets of test parameters included, only itself.
+
+    >>> _matches("tests/t.py::test_a[*]", "tests/t.py::test_a[x-1]"), _matches("emulated:*", "cpu")
+    (True, False)
+    """
+    return re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), text) is not None
 
 
 def load(path: Path) -> list[ExpectedSkip]:

@@ -243,7 +243,8 @@ def test_deepspeed_tensor_parallel_predict(python_runner, tmp_path) -> None:
 @needs_deepspeed
 @pytest.mark.feature("deepspeed")
 def test_deepspeed_refuses_a_fit_without_optimizer(python_runner) -> None:
-    """``configure_optimizers`` returning ``None``: Lightning's "invalid optimizer" error, not DeepSpeed's ``IndexError``."""
+    """``configure_optimizers`` returning ``None``: Lightning's "invalid optimizer" error, not DeepSpeed's
+    ``IndexError``."""
     script = str(ROOT / "tests" / "scripts" / "deepspeed_no_optimizer.py")
     proc = python_runner([script], timeout=300, env={"ANYACCEL_DS_NO_SHM": "1"})
     assert proc.returncode == 0, "\n".join(l for l in proc.stdout.splitlines() if "Warning" not in l)[-4000:]

@@ -12,9 +12,9 @@ ends decide without starting processes (names, precision, refusals) is tested in
 
 On the device under test (``--device``, the emulated passes of ``make test``) one 2-process job trains
 FSDP, FSDP2 and FSDP with CPU offload, and DeepSpeed ZeRO-1 and ZeRO-3 with offload where DeepSpeed runs
-on that device type: parameters sharded on each rank's device, or offloaded to host memory. On a machine
-with one device (``--device cpu:1``, ``--device emulated:NAME:1``: the one-device passes of ``make test``),
-one process trains each distributed strategy.
+on that device type: parameters sharded on each rank's device, or offloaded to host memory. On CPU, and
+on a machine with one device (``--device emulated:NAME:1``: the one-device pass of ``make test``), one
+process trains each distributed strategy.
 """
 
 from __future__ import annotations
@@ -150,8 +150,11 @@ def test_sharded_training_matches_ddp_and_resumes(job, front_end, strategy, clas
     states = [r["optimizer_state_numel"] for r in first]
     assert all(n < 0.6 * ddp[0]["optimizer_state_numel"] for n in states), states
     _assert_losses(first, ddp)
-    for rank, reference in zip(first, ddp):  # measured in each rank: live memory at step boundaries
-        assert rank["peak_mib"] < 0.8 * reference["peak_mib"], (rank, reference)
+    # measured in each rank: live memory at step boundaries. Sharding only Adam's state (ZeRO-1/2) saves about a
+    # quarter of DDP's (ZeRO-1 measured 0.69-0.76); sharding the parameters too about 60% (FSDP 0.40, ZeRO-3 0.54)
+    bound = 0.8 if params_sharded else 0.9
+    for rank, reference in zip(first, ddp):
+        assert rank["peak_mib"] < bound * reference["peak_mib"], (rank, reference)
 
     last = root / "ckpt" / strategy / "last.ckpt"
     assert last.is_dir() is folder
@@ -242,10 +245,13 @@ ONE_PROCESS = ["ddp", "fsdp", "fsdp2", *(["deepspeed_2"] if deepspeed_runs_on(de
 
 @pytest.fixture(scope="module")
 def one_process_job(tmp_path_factory, device) -> tuple[Path, str]:
-    """One process on the device under test training every strategy of :data:`ONE_PROCESS`; its folder and log."""
-    if device.count >= 2:
+    """One process on the device under test training every strategy of :data:`ONE_PROCESS`; its folder and log.
+
+    CPU runs it in every pass (a machine without an accelerator trains with ``devices=1`` as one process).
+    """
+    if not device.is_cpu and device.count >= 2:
         pytest.skip(f"{device.count} {device.type} devices: the 2-process tests cover every strategy; the"
-                    " one-device passes (--device cpu:1, emulated:NAME:1) run this")
+                    " one-device pass (--device emulated:NAME:1) runs this")
     out = tmp_path_factory.mktemp("one-process")
     proc = run_python([RUN, "--strategy", ",".join(ONE_PROCESS), "--devices", "1", "--device-type", device.type,
                        "--max-steps", "3", "--out", str(out)], timeout=TIMEOUT, env=ENV)
