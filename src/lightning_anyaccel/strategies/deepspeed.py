@@ -427,9 +427,8 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
             import deepspeed
 
             self.model = deepspeed.init_inference(model, config=dict(self.inference_kwargs))
-            self._inference_input_dtype = next(
-                (p.dtype for p in self.model.module.parameters() if p.is_floating_point()), None
-            )
+            # the engine converts and splits ``model`` in place: its weights are the engine's
+            self._inference_input_dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
             return
         inference_config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 1}  # DeepSpeed's throughput timers
         inference_config.update({key: self.config[key] for key in ("fp16", "bf16") if key in self.config})
