@@ -49,11 +49,11 @@ from typing import Any, ClassVar
 
 import torch
 from lightning.fabric.strategies import DeepSpeedStrategy as FabricDeepSpeed
+from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.strategies import DeepSpeedStrategy
 from lightning.pytorch.strategies.deepspeed import remove_module_hooks
-from lightning_utilities.core.apply_func import apply_to_collection
 from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
