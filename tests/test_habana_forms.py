@@ -9,8 +9,9 @@ Each form works or is refused when the Trainer/Fabric is built, with the fix:
   construction: on the device under test (``--device emulated:npu`` runs them on the emulated device);
 - ``precision="16-mixed"``'s GradScaler and the option that matches habana's (no scaler): trained on
   the device under test;
-- DeepSpeed's inference arguments: ``trainer.predict`` with tensor parallelism, two processes on CPU
-  (DeepSpeed has no accelerator for the emulated device: it imports the vendor's package).
+- DeepSpeed's inference arguments: ``trainer.predict`` with tensor parallelism, two processes on CPU, also
+  with a Trainer precision other than the engine's dtype; a fit whose ``configure_optimizers`` returns
+  ``None`` is refused as habana's strategy refuses it.
 """
 
 from __future__ import annotations
