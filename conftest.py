@@ -168,6 +168,8 @@ GROUPS = {
     # each front end's 2-process job (the module's fixture) on a worker of its own
     "tests/test_sharding_cpu.py::test_sharded_training_matches_ddp_and_resumes[fabric": "sharding-fabric",
     "tests/test_sharding_cpu.py::test_fsdp2_builds_its_mesh_on_the_device[fabric": "sharding-fabric",
+    # the one-process job (every strategy as 1 process) need not wait for the Trainer's 2-process job
+    "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine": "one-process",
     "tests/test_sharding_cpu.py": "sharding",
     "tests/test_workloads.py": "workloads",
     "tests/test_release.py": "release",

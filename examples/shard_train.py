@@ -6,12 +6,14 @@ Used by the tests (``tests/test_sharding_cpu.py``) and by ``docs/memory_table.py
     python examples/shard_train.py --front-end fabric --strategy ddp,fsdp2 --devices 2 --out /tmp/run
 
 ``--strategy``: one or more, comma-separated, of ``ddp``, ``fsdp`` (full checkpoints),
-``fsdp_sharded``, ``fsdp_hybrid`` (a ``(replicas, shards)`` mesh of 1 x devices), ``fsdp2``
-(distributed checkpoints), ``fsdp2_full``, ``deepspeed_1``, ``deepspeed_2``, ``deepspeed_3``,
-``deepspeed_2_offload``; several train one after the other in the
+``fsdp_sharded``, ``fsdp_hybrid`` (a ``(replicas, shards)`` mesh of 1 x devices), ``fsdp_grad_op``
+(``sharding_strategy="SHARD_GRAD_OP"``), ``fsdp_offload`` (``cpu_offload=True``, as
+``any_fsdp_cpu_offload``), ``fsdp2`` (distributed checkpoints), ``fsdp2_full``, ``deepspeed_1``,
+``deepspeed_2``, ``deepspeed_3``, ``deepspeed_2_offload``, ``deepspeed_3_offload`` (optimizer state and
+parameters in host memory, as ``any_deepspeed_stage_3_offload``); several train one after the other in the
 same processes (one launch). For each, every rank writes ``<out>/<strategy>/rank<N>.json``: its
-losses, how many parameter and optimizer-state elements it holds, and its peak live memory (sampled
-at every step boundary) above what it held just before the model was built. On CPU that is host
+losses, how many parameter and optimizer-state elements it holds and on which device, and its peak live
+memory (sampled at every step boundary) above what it held just before the model was built. On CPU that is host
 memory in use (glibc ``mallinfo2``), not RSS: the allocator keeps freed pages, so RSS shows FSDP's
 unsharded start-up copy forever.
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import json
 import os
 from pathlib import Path
@@ -46,8 +49,8 @@ import lightning_anyaccel.fabric  # Fabric's strategies
 from lightning_anyaccel import AnyAccelerator, runtime
 from lightning_anyaccel.devices import device_of, is_host
 
-STRATEGIES = ("ddp", "fsdp", "fsdp_sharded", "fsdp_hybrid", "fsdp2", "fsdp2_full", "deepspeed_1", "deepspeed_2",
-              "deepspeed_3", "deepspeed_2_offload")
+STRATEGIES = ("ddp", "fsdp", "fsdp_sharded", "fsdp_hybrid", "fsdp_grad_op", "fsdp_offload", "fsdp2", "fsdp2_full",
+              "deepspeed_1", "deepspeed_2", "deepspeed_3", "deepspeed_2_offload", "deepspeed_3_offload")
 
 
 class WideMLP(L.LightningModule):
@@ -117,6 +120,11 @@ def build_strategy(name: str, front_end: str = "trainer", devices: int = 2) -> A
     if name == "fsdp_hybrid":  # Lightning itself would build this mesh on "cuda"
         return family.AnyFSDPStrategy(auto_wrap_policy={torch.nn.Linear}, device_mesh=(1, devices),
                                       sharding_strategy="HYBRID_SHARD", state_dict_type="full")
+    if name == "fsdp_grad_op":  # gradients and optimizer state sharded; parameters gathered from forward to backward
+        return family.AnyFSDPStrategy(auto_wrap_policy={torch.nn.Linear}, sharding_strategy="SHARD_GRAD_OP",
+                                      state_dict_type="full")
+    if name == "fsdp_offload":  # what the name any_fsdp_cpu_offload gives: parameter shards in host memory
+        return family.AnyFSDPStrategy(auto_wrap_policy={torch.nn.Linear}, cpu_offload=True, state_dict_type="full")
     if name in ("fsdp2", "fsdp2_full"):
         return family.AnyModelParallelStrategy(tensor_parallel_size=1, save_distributed_checkpoint=name == "fsdp2")
     if name.startswith("deepspeed_"):
@@ -124,7 +132,9 @@ def build_strategy(name: str, front_end: str = "trainer", devices: int = 2) -> A
         # Lightning's default buckets hold 2e8 elements each (800 MB in fp32) whatever the model size;
         # size them to the model, or they dwarf what ZeRO saves on a small one
         buckets = 2_000_000
-        strategy = family.AnyDeepSpeedStrategy(stage=stage, offload_optimizer=name.endswith("offload"),
+        offload = name.endswith("offload")  # as the names any_deepspeed_stage_{2,3}_offload
+        strategy = family.AnyDeepSpeedStrategy(stage=stage, offload_optimizer=offload,
+                                               offload_parameters=offload and stage == 3,
                                                reduce_bucket_size=buckets, allgather_bucket_size=buckets,
                                                sub_group_size=buckets)
         # a torch optimizer with ZeRO-Offload: no DeepSpeedCPUAdam to compile (slow on small machines)
@@ -142,15 +152,25 @@ def local_numel(tensor: torch.Tensor) -> int:
     return tensor.numel()
 
 
-def optimizer_state_numel(optimizer: Any) -> int:
-    """Elements of optimizer state (Adam moments) this process holds, through DeepSpeed's wrappers."""
+def local_device(tensor: torch.Tensor) -> str:
+    """Where this process keeps ``tensor``'s elements (host memory for an offloaded ZeRO-3 partition)."""
+    return str(tensor.ds_tensor.device if hasattr(tensor, "ds_tensor") else tensor.device)
+
+
+def optimizer_states(optimizer: Any) -> list[torch.Tensor]:
+    """The optimizer state tensors (Adam moments) this process holds, through DeepSpeed's wrappers."""
     while not isinstance(optimizer, torch.optim.Optimizer) or hasattr(optimizer, "optimizer"):
         inner = getattr(optimizer, "optimizer", None) or getattr(optimizer, "_optimizer", None)
         if inner is None or inner is optimizer:
             break
         optimizer = inner
-    return sum(local_numel(v) for state in optimizer.state.values() for v in state.values()
-               if isinstance(v, torch.Tensor) and v.dim() > 0)
+    return [v for state in optimizer.state.values() for v in state.values()
+            if isinstance(v, torch.Tensor) and v.dim() > 0]
+
+
+def optimizer_state_numel(optimizer: Any) -> int:
+    """Elements of optimizer state (Adam moments) this process holds, through DeepSpeed's wrappers."""
+    return sum(local_numel(v) for v in optimizer_states(optimizer))
 
 
 class _MallInfo2(ctypes.Structure):
@@ -189,6 +209,7 @@ class PeakMemory:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        gc.collect()  # what an earlier strategy of the same job left for the collector is not counted in ``before``
         self.before = self.peak = live_device_bytes(device)
 
     def sample(self) -> None:
@@ -211,8 +232,9 @@ def record(rank: int, strategy: Any, step: int, losses: list[float], model: torc
         "losses": losses,
         "total_numel": total_numel,
         "param_numel": sum(local_numel(p) for p in model.parameters()),
-        "param_device": str(next(model.parameters()).device),
+        "param_device": local_device(next(model.parameters())),
         "optimizer_state_numel": optimizer_state_numel(optimizer),
+        "optimizer_state_devices": sorted({str(v.device) for v in optimizer_states(optimizer)}),
         "peak_mib": memory.mib,
         "mesh_device_type": mesh.device_type if mesh is not None else None,
     }

@@ -8,7 +8,8 @@ through ``LIGHTNING_ANYACCEL_EMULATE`` and ``PYTHONPATH``, in every child proces
 ``device_generic`` take the device from the ``device`` fixture; ``pytest -m device_generic
 --device ...`` runs only them. A test marked ``needs_devices(n)`` is skipped, saying why, where the
 device under test has fewer than ``n`` devices (CPU always has enough: it runs several processes).
-``--validation-record PATH`` writes what ran where (docs/validate_hardware.md).
+``--validation-record PATH`` writes what ran where (docs/validate_hardware.md); ``--expected-skips PATH``
+fails the run on a skip PATH does not list (``tests/skip_check.py``, docs/contributing.md).
 """
 
 from __future__ import annotations
@@ -83,11 +84,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--device", default="cpu", metavar="TYPE",
                     help="device the device-generic tests train on: cpu (default), a device type"
                          " (xpu, cuda, hpu, npu, ...) or emulated:NAME (the emulated accelerator as NAME:"
-                         " PrivateUse1 renamed, or torch's own xpu/hpu for emulated:xpu, emulated:hpu)")
+                         " PrivateUse1 renamed, or torch's own xpu/hpu for emulated:xpu, emulated:hpu;"
+                         " NAME:1 one device)")
     group.addoption("--validation-record", default=None, metavar="PATH",
                     help="write the run's validation record (TOML, lightning_anyaccel.records) to PATH")
     group.addoption("--simulated-records", default=None, metavar="DIR",
                     help="write DIR/<type>-simulated.toml for each device type a test simulates (simulates marker)")
+    group.addoption("--expected-skips", default=os.environ.get("ANYACCEL_EXPECTED_SKIPS") or None, metavar="PATH",
+                    help="fail the run on a skip that PATH (tests/expected_skips.toml) does not list"
+                         " (tests/skip_check.py; default: $ANYACCEL_EXPECTED_SKIPS, which make test sets)")
 
 
 def _setup_device(spec: str) -> DeviceUnderTest:
@@ -129,6 +134,11 @@ def pytest_configure(config: pytest.Config) -> None:
         from validation_record import Collector
 
         config.pluginmanager.register(Collector(_DEVICE), "anyaccel-validation-record")
+    if config.getoption("--expected-skips"):
+        from skip_check import SkipCheck
+
+        config.pluginmanager.register(SkipCheck(Path(config.getoption("--expected-skips")), _DEVICE.spec),
+                                      "anyaccel-skip-check")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

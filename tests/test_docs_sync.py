@@ -6,7 +6,8 @@
 - ``docs/validation.toml`` (what was run where) covers every device type of ``DEVICE_TABLE``;
 - the notebooks are committed without outputs, carry their nbmake/nbsphinx timeouts and contain
   no device-name branches (device knowledge comes from the device table);
-- the launch scripts are valid bash; the lab kernel registers this interpreter.
+- the launch scripts are valid bash; the lab kernel registers this interpreter;
+- the Makefile's one-device pass collects every file with a ``one_device`` test.
 """
 
 from __future__ import annotations
@@ -169,3 +170,12 @@ def test_architecture_module_map_matches_the_package():
     assert mapped == modules, (
         f"docs/architecture.md's module map: missing {sorted(modules - mapped)}, not in the package {sorted(mapped - modules)}"
     )
+
+
+def test_one_device_tests_are_in_the_one_device_pass():
+    """Every test file with a ``one_device`` test is one of the Makefile's ``ONE_DEVICE_TESTS`` (the pass
+    on the emulated accelerator loaded with one device collects only those files)."""
+    listed = set(re.search(r"^ONE_DEVICE_TESTS \?= (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).split())
+    marked = {path.relative_to(ROOT).as_posix() for path in (ROOT / "tests").glob("test_*.py")
+              if re.search(r"^@pytest\.mark\.one_device$", path.read_text(), re.M)}
+    assert marked and marked <= listed, f"add {sorted(marked - listed)} to ONE_DEVICE_TESTS in the Makefile"

@@ -9,8 +9,9 @@ Each form works or is refused when the Trainer/Fabric is built, with the fix:
   construction: on the device under test (``--device emulated:npu`` runs them on the emulated device);
 - ``precision="16-mixed"``'s GradScaler and the option that matches habana's (no scaler): trained on
   the device under test;
-- DeepSpeed's inference arguments: ``trainer.predict`` with tensor parallelism, two processes on CPU
-  (DeepSpeed has no accelerator for the emulated device: it imports the vendor's package).
+- DeepSpeed's inference arguments: ``trainer.predict`` with tensor parallelism, two processes on CPU, also
+  with a Trainer precision other than the engine's dtype; a fit whose ``configure_optimizers`` returns
+  ``None`` is refused as habana's strategy refuses it.
 """
 
 from __future__ import annotations
@@ -217,17 +218,45 @@ def test_deepspeed_kernel_injection_is_refused_where_deepspeed_has_no_kernels() 
         check_inference_support(trainer.strategy)
 
 
+#: Each run: the form of the inference keys, the Trainer's precision, the engine's dtype (``deepspeed_inference.py``).
+#: A precision other than the engine's: Lightning's DeepSpeed precision gives the inputs in bfloat16 under
+#: ``bf16-mixed`` (float32 under ``32-true``), the engine holds its weights in its own dtype ("addmv input
+#: tensors must have the same dtype, but got Float, BFloat16"). (A ``float16`` engine: DeepSpeed's CPU
+#: accelerator refuses it on CPUs without fp16 arithmetic; the inputs follow the weights' dtype all the same.)
+PREDICT_RUNS = ("config:bf16-mixed:float32", "kwargs:32-true:bfloat16")
+
+
 @pytest.mark.slow
 @needs_deepspeed
+@pytest.mark.feature("deepspeed")
 def test_deepspeed_tensor_parallel_predict(python_runner, tmp_path) -> None:
-    """``trainer.predict`` with habana's inference keywords: DeepSpeed splits the layers over 2 CPU processes."""
+    """``trainer.predict`` with habana's inference keywords (or the same keys in ``config=``): DeepSpeed splits the
+    layers over 2 CPU processes and predicts what the unsplit model does, in the engine's dtype, also when the
+    Trainer's precision is another one. The runs share one 2-process job."""
     script = str(ROOT / "tests" / "scripts" / "deepspeed_inference.py")
     env = {"ANYACCEL_DS_NO_SHM": "1", "TORCH_EXTENSIONS_DIR": str(ROOT / "build" / "torch_extensions")}
-    proc = python_runner([script, "--form", "kwargs", "--out", str(tmp_path)], timeout=300, env=env)
+    proc = python_runner([script, "--runs", ",".join(PREDICT_RUNS), "--out", str(tmp_path)], timeout=300, env=env)
     assert proc.returncode == 0, "\n".join(l for l in proc.stdout.splitlines() if "Warning" not in l)[-4000:]
-    ranks = [json.loads(p.read_text()) for p in sorted(Path(tmp_path).glob("rank*.json"))]
-    assert [r["rank"] for r in ranks] == [0, 1]
-    for rank in ranks:
-        assert rank["engine"] == "InferenceEngine"
-        assert rank["inner_weight"] == [8, 8]  # Linear(8, 16) split by output features over the 2 ranks
-        torch.testing.assert_close(torch.tensor(rank["predictions"]), torch.tensor(rank["expected"]))
+    for run in PREDICT_RUNS:
+        dtype = run.rsplit(":", 1)[1]
+        ranks = [json.loads(p.read_text()) for p in sorted((tmp_path / run.replace(":", "-")).glob("rank*.json"))]
+        assert [r["rank"] for r in ranks] == [0, 1], run
+        for rank in ranks:
+            assert rank["engine"] == "InferenceEngine"
+            assert rank["inner_weight"] == [8, 8]  # Linear(8, 16) split by output features over the 2 ranks
+            assert rank["dtype"] == f"torch.{dtype}", run
+            tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == "bfloat16" else {}  # sums of partial products
+            torch.testing.assert_close(torch.tensor(rank["predictions"]), torch.tensor(rank["expected"]), **tolerance)
+
+
+@pytest.mark.slow
+@needs_deepspeed
+@pytest.mark.feature("deepspeed")
+def test_deepspeed_refuses_a_fit_without_optimizer(python_runner) -> None:
+    """``configure_optimizers`` returning ``None``: Lightning's "invalid optimizer" error, not DeepSpeed's
+    ``IndexError``."""
+    script = str(ROOT / "tests" / "scripts" / "deepspeed_no_optimizer.py")
+    proc = python_runner([script], timeout=300, env={"ANYACCEL_DS_NO_SHM": "1"})
+    assert proc.returncode == 0, "\n".join(l for l in proc.stdout.splitlines() if "Warning" not in l)[-4000:]
+    assert "refused: You have specified an invalid optimizer to be run with deepspeed" in proc.stdout
+    assert "configure_optimizers" in proc.stdout.split("refused: ", 1)[1]  # names where to fix it

@@ -18,7 +18,7 @@ from lightning.fabric.strategies import fsdp as lightning_fsdp
 from lightning.fabric.strategies import model_parallel as lightning_model_parallel
 
 import lightning_anyaccel  # noqa: F401  (registers names)
-from front_ends import EVERY_FRONT_END, FrontEnd
+from front_ends import EVERY_FRONT_END, FRONT_ENDS, FrontEnd
 from lightning_anyaccel import (
     AnyAccelerator,
     AnyDeepSpeedStrategy,
@@ -69,8 +69,7 @@ def test_lightnings_cuda_only_check_does_not_refuse_our_names(name):
     assert _build(TRAINER, name).strategy.root_device.type == "cpu"
 
 
-FABRIC_NAMES = [("any_fsdp", "AnyFSDPStrategy"), ("any_fsdp_cpu_offload", "AnyFSDPStrategy"),
-                ("any_fsdp2", "AnyModelParallelStrategy")]
+FABRIC_NAMES = [("any_fsdp", "AnyFSDPStrategy"), ("any_fsdp2", "AnyModelParallelStrategy")]
 if HAS_DEEPSPEED:
     FABRIC_NAMES += [("any_deepspeed", "AnyDeepSpeedStrategy"), ("any_deepspeed_stage_3_offload", "AnyDeepSpeedStrategy")]
 
@@ -88,7 +87,16 @@ def test_fabric_sharded_names_share_the_trainer_logic(name, family) -> None:
     assert isinstance(strategy, mixin) and issubclass(trainer_class, mixin)  # one body, two front ends
     if family == "AnyFSDPStrategy":
         assert strategy._fsdp_wrap_kwargs()["device_id"] == torch.device("cpu")  # Lightning: index None
-        assert strategy.cpu_offload.offload_params is name.endswith("offload")
+
+
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_fsdp_cpu_offload_on_cpu_is_refused(front_end: FrontEnd):
+    """``any_fsdp_cpu_offload`` on CPU would fail in every rank's first step (torch pins the offloaded shards, which
+    needs an accelerator): refused when the front end is built, naming the strategy to use. It trains on the
+    device under test (test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp_offload])."""
+    with pytest.raises(ShardingNotSupportedError, match=r"AnyFSDPStrategy\(cpu_offload=True\) \(the name"
+                                                        r" 'any_fsdp_cpu_offload'\) on CPU.*strategy='any_fsdp'"):
+        _build(front_end, "any_fsdp_cpu_offload")
 
 
 # ----- FSDP's full state dict on CPU -------------------------------------------------------------------

@@ -24,6 +24,7 @@ def test_verify_passes_on_cpu(python_runner):
 @pytest.mark.slow
 @pytest.mark.device_generic
 @pytest.mark.feature("verify")
+@pytest.mark.one_device
 def test_verify_passes_on_the_device_under_test(python_runner, device):
     """`python -m lightning_anyaccel.verify --device <type>` is green on the device under test."""
     if device.is_cpu:

@@ -49,6 +49,8 @@ from typing import Any, ClassVar
 
 import torch
 from lightning.fabric.strategies import DeepSpeedStrategy as FabricDeepSpeed
+from lightning.fabric.utilities.apply_func import apply_to_collection
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.strategies import DeepSpeedStrategy
 from lightning.pytorch.strategies.deepspeed import remove_module_hooks
@@ -380,6 +382,8 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
         from_config = {key: self.config[key] for key in known - _TRAINING_KEYS if key in self.config}
         #: DeepSpeed inference settings (from ``config`` and keywords; keywords win), ``{}`` for ZeRO's engine.
         self.inference_kwargs: dict[str, Any] = {**from_config, **inference}
+        #: The dtype of the inference engine's weights while it is the model (``None`` otherwise).
+        self._inference_input_dtype: torch.dtype | None = None
 
     @override
     def setup_distributed(self) -> None:
@@ -390,7 +394,23 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
     def _setup_model_and_optimizer(
         self, model: Module, optimizer: Optimizer | None, lr_scheduler: Any = None
     ) -> tuple[Any, Optimizer]:
-        """``deepspeed.initialize`` with :attr:`device_rank` (Lightning passes ``None`` on CPU)."""
+        """``deepspeed.initialize`` with :attr:`device_rank` (Lightning passes ``None`` on CPU).
+
+        Raises:
+            MisconfigurationException: the optimizer holds no parameters: ``configure_optimizers``
+                returned ``None`` (Lightning then passes a stand-in without parameters, and
+                DeepSpeed's ZeRO optimizer fails with an ``IndexError``), as lightning-habana's
+                ``HPUDeepSpeedStrategy`` refuses it.
+        """
+        if optimizer is not None and not any(group["params"] for group in optimizer.param_groups):
+            raise MisconfigurationException(
+                "You have specified an invalid optimizer to be run with deepspeed: it holds no parameters"
+                " (`configure_optimizers` returned None?). DeepSpeed trains with an optimizer: return one from"
+                " `configure_optimizers` (e.g. `torch.optim.AdamW(self.parameters())`) or name one in the DeepSpeed"
+                " config's \"optimizer\" section. To run the model without training it, use trainer.validate,"
+                " test or predict."
+            )
+        self._inference_input_dtype = None
         engine, deepspeed_optimizer, _, _ = self._deepspeed_initialize(model, optimizer, lr_scheduler)
         return engine, deepspeed_optimizer
 
@@ -399,15 +419,20 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
         """The engine for ``validate``/``test``/``predict`` outside ``fit``.
 
         With :attr:`inference_kwargs`: ``deepspeed.init_inference`` with them (what lightning-habana
-        does). Otherwise ZeRO's engine, as Lightning builds it, but with :attr:`device_rank`
-        (Lightning passes ``root_device.index``: ``None`` on CPU, and DeepSpeed fails with a ``TypeError``).
+        does); it casts the weights to its ``dtype`` (DeepSpeed's default: ``float16``), and
+        :meth:`batch_to_device` gives it its inputs in that dtype. Otherwise ZeRO's engine, as
+        Lightning builds it, but with :attr:`device_rank` (Lightning passes ``root_device.index``:
+        ``None`` on CPU, and DeepSpeed fails with a ``TypeError``).
         """
         assert isinstance(self.config, dict)
         remove_module_hooks(model)  # the hooks of a previous engine
+        self._inference_input_dtype = None
         if self.inference_kwargs:
             import deepspeed
 
             self.model = deepspeed.init_inference(model, config=dict(self.inference_kwargs))
+            # the engine converts and splits ``model`` in place: its weights are the engine's
+            self._inference_input_dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
             return
         inference_config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 1}  # DeepSpeed's throughput timers
         inference_config.update({key: self.config[key] for key in ("fp16", "bf16") if key in self.config})
@@ -415,6 +440,20 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
             inference_config["zero_allow_untested_optimizer"] = self.config["zero_allow_untested_optimizer"]
             inference_config["zero_optimization"] = self.config["zero_optimization"]
         self.model = self._deepspeed_initialize(model, None, config=inference_config, model_parameters=[])[0]
+
+    @override
+    def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
+        """The batch on the device; for DeepSpeed's inference engine, its floating-point tensors in the engine's dtype.
+
+        Lightning's DeepSpeed precision converts inputs to the training precision (``bf16-mixed``:
+        ``bfloat16``), while ``deepspeed.init_inference`` has cast the weights to its own ``dtype``:
+        without this, the first layer fails with "input tensors must have the same dtype".
+        """
+        batch = super().batch_to_device(batch, device, dataloader_idx)
+        dtype = self._inference_input_dtype
+        if dtype is None:
+            return batch
+        return apply_to_collection(batch, torch.Tensor, lambda t: t.to(dtype) if t.is_floating_point() else t)
 
 
 @fabric_class("AnyDeepSpeedStrategy")

@@ -13,6 +13,8 @@ What Lightning's ``FSDPStrategy`` does that only works on CUDA, and what :class:
   :class:`~lightning_anyaccel.sharded_precision.AnyFSDPPrecision` on the device type;
 - full-state-dict checkpoints gather with ``offload_to_cpu=True``, which segfaults when FSDP
   runs on CPU; here offloading follows the device table (``fsdp_full_state_offload``);
+- ``cpu_offload=True`` on CPU fails at the first step (torch pins the offloaded shards, which needs
+  an accelerator); here it is refused before any process starts, naming ``any_fsdp``;
 - ``FSDPPrecision`` refuses ``gradient_clip_algorithm="norm"`` (it has no reference to the root
   module); here the strategy hands the wrapped root to the precision plugin, which clips with
   ``FullyShardedDataParallel.clip_grad_norm_``.
@@ -48,6 +50,7 @@ from typing_extensions import override
 
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
+from lightning_anyaccel.devices import is_host
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.precision import align_precision_plugin
 from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
@@ -99,6 +102,21 @@ def check_state_dict_offload(strategy: Any) -> None:
         )
 
 
+def check_cpu_offload(strategy: Any) -> None:
+    """Refuse ``cpu_offload`` (``any_fsdp_cpu_offload``) where the parameters already live in host memory (CPU).
+
+    There is nothing to offload to, and torch's FSDP pins the offloaded shards, which needs an
+    accelerator: without one every rank fails at its first step with "Cannot access accelerator
+    device when none is available".
+    """
+    if getattr(strategy.cpu_offload, "offload_params", False) and is_host(strategy.device_type):
+        raise ShardingNotSupportedError(
+            f"{type(strategy).__name__}(cpu_offload=True) (the name 'any_fsdp_cpu_offload') on {strategy._spec.name}:"
+            " the parameters already live in host memory, and torch's FSDP pins offloaded shards, which needs an"
+            " accelerator. Use strategy='any_fsdp' on CPU; CPU offload is for accelerators."
+        )
+
+
 def hold_device_mesh_shape(strategy: Any) -> None:
     """Take a ``device_mesh=(replicas, shards)`` tuple out of the FSDP arguments before Lightning's setup.
 
@@ -128,6 +146,7 @@ SETUP: Setup = (
     before_launch(check_fork_safety),
     before_launch(check_backend),
     before_launch(check_state_dict_offload),
+    before_launch(check_cpu_offload),
     in_worker(check_layout),
     in_worker(name_socket_interface),
     in_worker(hold_device_mesh_shape),
