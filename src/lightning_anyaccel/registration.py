@@ -10,7 +10,9 @@ front end that means:
   ``"any_ddp"``, ..., ``"any_deepspeed_stage_3_offload"``) in its registries, bound to the
   package's classes built for that front end (:func:`lightning_anyaccel._lightning.port`);
 - the connector hooks through which :mod:`lightning_anyaccel.policy` picks the package's
-  strategies for the package's accelerator.
+  strategies for the package's accelerator;
+- for the Trainer, the hook through which Lightning's batch-size finder recognises every device's
+  out-of-memory error (:func:`lightning_anyaccel.runtime.is_out_of_memory`).
 
 Example:
     >>> import lightning_anyaccel
@@ -33,7 +35,7 @@ from typing import Any
 
 from typing_extensions import override
 
-from lightning_anyaccel import _lightning, devices
+from lightning_anyaccel import _lightning, devices, runtime
 from lightning_anyaccel._lightning import LIGHTNING, PYTORCH_LIGHTNING, FrontEnd
 
 _REGISTERED: list[tuple[str, str]] = []
@@ -115,6 +117,7 @@ def _register(front_end: FrontEnd, side: str) -> None:
     _lightning.install_connector_hooks(front_end, connector, POLICY)
     if side == "trainer":
         _lightning.install_device_info_hook(front_end, POLICY)
+        _lightning.install_out_of_memory_hook(front_end, runtime.is_out_of_memory)
 
 
 def registered_front_ends() -> list[tuple[str, str]]:
