@@ -534,6 +534,10 @@ void EmulatorAllocator::delete_block(void* ptr) {
 // stream runs its next kernel, which also makes them visible to the other streams: a missed wait
 // shows for the side stream's latest results only). Events record the time they are recorded at,
 // so `elapsed_time` measures.
+//
+// Gaudi is the exception: its runtime resolves data dependencies between streams itself (DeepSpeed's
+// HPU accelerator says so, `resolves_data_dependency()`, and leaves out the waits it makes on every
+// other device), so on the emulated `hpu` a side stream's results are visible at once.
 
 thread_local c10::StreamId t_current_stream[kMaxDevices] = {};
 std::atomic<c10::StreamId> g_next_stream_id{1};
@@ -551,8 +555,11 @@ std::atomic<uint64_t> g_pending_seq{0};
 // Set while the CPU fallback runs an operator: its copies do not make the stream's results land.
 thread_local bool t_in_operator = false;
 
+// Whether the runtime orders streams by the data they use (Gaudi's), instead of by waits.
+bool g_streams_resolve_dependencies = false;
+
 bool on_side_stream(DeviceIndex device) {
-  return device >= 0 && t_current_stream[device] != 0;
+  return device >= 0 && t_current_stream[device] != 0 && !g_streams_resolve_dependencies;
 }
 
 // A result just written on the current (side) stream: keep it aside, poison the device memory.
@@ -1380,6 +1387,7 @@ void activate(const std::string& type) {
     TORCH_CHECK(dt == DeviceType::PrivateUse1 || dt == DeviceType::XPU || dt == DeviceType::HPU,
                 "the emulator serves privateuseone, xpu or hpu, not ", type);
     g_type = dt;
+    g_streams_resolve_dependencies = dt == DeviceType::HPU;
     g_key = c10::computeDispatchKey(std::nullopt, std::nullopt, c10::Device(dt, 0));  // PrivateUse1/XPU/HPU
     c10::SetAllocator(dt, &g_allocator);
     static c10::impl::DeviceGuardImplRegistrar guard(dt, new EmulatorGuardImpl());
