@@ -8,9 +8,11 @@ out-of-tree vendors (torch_npu, torch_mlu, torch_musa, torch_sdaa) do. ``emulato
 (``XPU``/``HPU``): what torch's CPU build lacks for them is stood in for (``torch._C._xpu_*``
 bindings under torch's own ``torch.xpu``; ``torch.hpu`` and ``habana_frameworks.torch``), see
 docs/emulator.md. Afterwards tensors live
-on ``<name>:0``/``<name>:1``, memory is counted by the backend's allocator, compute runs CPU
-kernels, autocast dispatches for the device type and collectives move device tensors between
-processes (staged through gloo). ``torch.accelerator.current_accelerator()`` reports the device.
+on ``<name>:0``/``<name>:1`` in device memory the host can not read except through copies, each
+device has a capacity (``memory_bytes``) enforced by a caching allocator, compute runs CPU kernels
+that refuse operands on another device, side streams are ordered only by waits, autocast
+dispatches for the device type and collectives move device tensors between processes (staged
+through gloo). ``torch.accelerator.current_accelerator()`` reports the device.
 
 A process hosts one emulated device type, under one name: loading a second name fails.
 Set ``LIGHTNING_ANYACCEL_EMULATE=<name>`` and put ``tests/emulator/autoload`` on ``PYTHONPATH``
