@@ -21,7 +21,7 @@ import lightning_anyaccel  # noqa: F401  (registers names)
 from lightning_anyaccel import runtime
 from lightning_anyaccel.demo import DemoModel, demo_loader
 
-from conftest import AUTOLOAD, SRC, TESTS, run_python
+from conftest import AUTOLOAD, TESTS, run_python
 
 MATCH = "Expected all tensors to be on the same device"
 
@@ -144,7 +144,7 @@ def test_the_batch_size_finder_backs_off_on_a_device_out_of_memory(tmp_path):
     batch size on any device's (here an emulated device of 96 MiB), with both Lightning packages."""
     env = {k: v for k, v in os.environ.items() if k != "LIGHTNING_ANYACCEL_EMULATE"}
     env.update(LIGHTNING_ANYACCEL_EMULATE="acme:1:memory=96MiB",
-               PYTHONPATH=os.pathsep.join([str(AUTOLOAD), str(SRC)]))
+               PYTHONPATH=os.pathsep.join([str(AUTOLOAD), os.environ["PYTHONPATH"]]))  # the tests' src, lean imports
     proc = run_python([str(TESTS / "scripts" / "batch_size_finder.py")], env=env, cwd=tmp_path, timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:]
     results = dict(line[len("RESULT "):].split(": ", 1) for line in proc.stdout.splitlines()

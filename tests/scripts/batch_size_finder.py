@@ -67,7 +67,7 @@ def main() -> None:
         trainer = pl.Trainer(accelerator="any", devices=1, max_steps=2, logger=False, enable_checkpointing=False,
                              enable_progress_bar=False, enable_model_summary=False)
         ooms = runtime.memory_stats(torch.device(device.type, 0)).get("num_ooms", 0)
-        found = tuner.Tuner(trainer).scale_batch_size(model, mode="power", steps_per_trial=1, init_val=64,
+        found = tuner.Tuner(trainer).scale_batch_size(model, mode="power", steps_per_trial=1, init_val=512,
                                                             max_trials=12)
         hit = runtime.memory_stats(torch.device(device.type, 0)).get("num_ooms", 0) > ooms
         result(f"{package} batch size", found)
