@@ -98,13 +98,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _setup_device(spec: str) -> DeviceUnderTest:
     """Load the emulator or check the real device; export what child processes need."""
     if spec.startswith("emulated:"):
-        emulate = spec.split(":", 1)[1]  # "npu", "npu:1" (one device) or "acme:2:noshallow" (docs/emulator.md)
+        emulate = spec.split(":", 1)[1]  # "npu", "npu:1" (one device), "acme:2:noshallow,memory=1GiB" (docs/emulator.md)
         if str(TESTS) not in sys.path:
             sys.path.insert(0, str(TESTS))
         import emulator
 
         name, count = emulator.parse_spec(emulate)
-        emulator.load(name, devices=count, options=emulator.parse_options(emulate))
+        emulator.load(name, devices=count, options=emulator.parse_options(emulate),
+                      memory_bytes=emulator.parse_memory_bytes(emulate))
         os.environ[emulator.ENV_VAR] = emulate
         os.environ["PYTHONPATH"] = os.pathsep.join([str(AUTOLOAD), os.environ["PYTHONPATH"]])
         return DeviceUnderTest(type=name, emulated=True, backend=emulator.backend_name(name), spec=spec)

@@ -132,3 +132,109 @@ def test_collectives_complete_later_and_a_backend_without_avg(tmp_path):
             assert results[f"rank{rank} {mean}"] == "1.5", mean
         assert results[f"rank{rank} fsdp2"] == "none" and results[f"rank{rank} fsdp2 steps"] == "2"
     assert results["rank0 ddp weights"] == results["rank1 ddp weights"]
+
+
+# --- strictness: what a discrete device does and the emulated device must do too ----------------------
+# (operands on another device, the capacity and the caching allocator are device-generic checks, which
+# every emulated pass runs: tests/test_device_rules.py)
+
+
+HOST_READS = """
+import ctypes, os, resource, signal, numpy, torch, emulator
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+emulator.load("npu")
+x = torch.arange(4.0, device="npu") * 2
+print("RESULT copied:", x.cpu().tolist(), float(x.sum()), flush=True)
+pointer = x.data_ptr()
+reads = {"ctypes": lambda: ctypes.string_at(pointer, 4),
+         "numpy": lambda: numpy.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), (4,)).sum()}
+for how, read in reads.items():  # in a forked child: it reads nothing of the device through torch
+    pid = os.fork()
+    if pid == 0:
+        print("RESULT read by", how, ":", read(), flush=True)
+        os._exit(0)
+    status = os.waitpid(pid, 0)[1]
+    print("RESULT", how, "ended by:", signal.Signals(os.WTERMSIG(status)).name if os.WIFSIGNALED(status) else status,
+          flush=True)
+"""
+
+
+def test_host_code_can_not_read_device_memory():
+    """A device pointer dereferenced on the host (ctypes, NumPy over ``data_ptr()``) ends the process naming the
+    cause, as on a discrete device; copies and the device's own kernels read the same memory."""
+    proc = run_python(["-c", HOST_READS], env=_env(), cwd=TESTS, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "RESULT copied: [0.0, 2.0, 4.0, 6.0] 12.0" in proc.stdout, proc.stdout[-2000:]
+    for how in ("ctypes", "numpy"):
+        assert f"RESULT {how} ended by: SIGSEGV" in proc.stdout and f"read by {how}" not in proc.stdout, proc.stdout
+    assert proc.stdout.count("the host read or wrote emulated npu device memory directly") == 2, proc.stdout
+
+
+STREAMS = """
+import time, torch, emulator
+emulator.load("{name}")
+module = torch.get_device_module("{name}")
+x = torch.arange(4.0, device="{name}")
+main, side = torch.accelerator.current_stream(), torch.Stream(device="{name}")
+
+def result(name, value):
+    print(f"RESULT {{name}}: {{value}}", flush=True)
+
+with module.stream(side):
+    y = x * 2
+result("missing wait", y.cpu().tolist())
+main.wait_stream(side)
+result("after wait_stream", y.cpu().tolist())
+with module.stream(side):
+    z = torch.tensor([1.0, 2.0]).to("{name}", non_blocking=True)
+    w = z + 1
+    done = side.record_event()
+result("copy, missing wait", w.cpu().tolist())
+main.wait_event(done)
+result("copy, after wait_event", w.cpu().tolist())
+with module.stream(side):
+    v = x - 1
+module.synchronize()
+result("after synchronize", v.cpu().tolist())
+start, end = torch.Event(device="{name}", enable_timing=True), torch.Event(device="{name}", enable_timing=True)
+start.record()
+time.sleep(0.05)
+end.record()
+end.synchronize()
+result("elapsed at least 50 ms", start.elapsed_time(end) >= 50)
+"""
+
+
+@pytest.mark.parametrize("name", ["npu", "xpu", "hpu"])
+def test_a_missing_wait_on_a_side_stream_shows(name):
+    """What a side stream wrote is garbage (NaN) to the current stream until it waits (``wait_stream``,
+    ``wait_event``, ``synchronize``); events measure the time between them. On ``hpu``, as on Gaudi (whose
+    runtime resolves data dependencies between streams, and DeepSpeed leaves out its waits there), the
+    results are visible at once."""
+    proc = run_python(["-c", STREAMS.format(name=name)], env=_env(), cwd=TESTS, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    results = dict(line[len("RESULT "):].split(": ", 1) for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    ordered = name == "hpu"
+    assert results["missing wait"] == ("[0.0, 2.0, 4.0, 6.0]" if ordered else "[nan, nan, nan, nan]")
+    assert results["after wait_stream"] == "[0.0, 2.0, 4.0, 6.0]"
+    assert results["copy, missing wait"] == ("[2.0, 3.0]" if ordered else "[nan, nan]")
+    assert results["copy, after wait_event"] == "[2.0, 3.0]"
+    assert results["after synchronize"] == "[-1.0, 0.0, 1.0, 2.0]"
+    assert results["elapsed at least 50 ms"] == "True"
+
+
+def test_the_autoload_alone_gives_a_device_of_the_capacity_asked(tmp_path):
+    """As docs/emulator.md shows it: only ``tests/emulator/autoload`` on ``PYTHONPATH`` (no import error in the
+    process), ``memory=SIZE`` in the variable: an allocation past it is ``torch.OutOfMemoryError``."""
+    code = ("import torch\n"
+            "print('TOTAL', torch.npu.get_device_properties(1).total_memory, torch.npu.mem_get_info(1))\n"
+            "try:\n"
+            "    torch.empty(65 << 20, dtype=torch.uint8, device='npu:1')\n"
+            "except torch.OutOfMemoryError as err:\n"
+            "    print('OOM', err)\n")
+    proc = run_python(["-c", code], env={"LIGHTNING_ANYACCEL_EMULATE": "npu:2:memory=64MiB", "PYTHONPATH": str(AUTOLOAD)},
+                      cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0 and "Error in sitecustomize" not in proc.stdout, proc.stdout[-2000:]
+    assert "TOTAL 67108864 (67108864, 67108864)" in proc.stdout, proc.stdout[-2000:]
+    assert ("OOM NPU out of memory. Tried to allocate 65.00 MiB. NPU 1 has a total capacity of 64.00 MiB"
+            in proc.stdout), proc.stdout[-2000:]

@@ -10,7 +10,9 @@ front end that means:
   ``"any_ddp"``, ..., ``"any_deepspeed_stage_3_offload"``) in its registries, bound to the
   package's classes built for that front end (:func:`lightning_anyaccel._lightning.port`);
 - the connector hooks through which :mod:`lightning_anyaccel.policy` picks the package's
-  strategies for the package's accelerator.
+  strategies for the package's accelerator;
+- for the Trainer, the hook through which Lightning's batch-size finder recognises every device's
+  out-of-memory error (:func:`lightning_anyaccel.runtime.is_out_of_memory`).
 
 Example:
     >>> import lightning_anyaccel
@@ -29,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from _lightning_anyaccel_startup import when_imported
-from lightning_anyaccel import _lightning, activation, devices
+from lightning_anyaccel import _lightning, activation, devices, runtime
 from lightning_anyaccel._lightning import LIGHTNING, PYTORCH_LIGHTNING, FrontEnd
 
 _REGISTERED: list[tuple[str, str]] = []
@@ -113,6 +115,7 @@ def _register(front_end: FrontEnd, side: str) -> None:
         activation.record_strategy_arguments(front_end, side)
     if side == "trainer":
         _lightning.install_device_info_hook(front_end, POLICY)
+        _lightning.install_out_of_memory_hook(front_end, runtime.is_out_of_memory)
 
 
 def registered_front_ends() -> list[tuple[str, str]]:

@@ -223,6 +223,28 @@ def empty_cache(device_type: str) -> None:
         fn()
 
 
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` says a device ran out of memory, whatever the device.
+
+    ``torch.OutOfMemoryError`` is what torch's caching allocators raise (CUDA, XPU) and what vendors'
+    allocators built on torch's raise; a vendor plugin that raises a plain ``RuntimeError`` says "out of
+    memory" in its message ("NPU out of memory. Tried to allocate ..."). Lightning's own test
+    (``is_oom_error``) wants "CUDA" in the message.
+
+    Example:
+        >>> is_out_of_memory(torch.OutOfMemoryError("XPU out of memory. Tried to allocate 2.00 GiB."))
+        True
+        >>> is_out_of_memory(RuntimeError("NPU out of memory. Tried to allocate 2.00 GiB."))
+        True
+        >>> is_out_of_memory(RuntimeError("Expected all tensors to be on the same device"))
+        False
+    """
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    return (isinstance(error, RuntimeError) and len(error.args) == 1 and isinstance(error.args[0], str)
+            and "out of memory" in error.args[0].lower())
+
+
 def set_device_index(device: torch.device) -> None:
     """Make ``device`` the current device of this process (no-op on CPU and for index-less devices)."""
     if is_host(device.type) or device.index is None:

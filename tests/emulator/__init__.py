@@ -8,16 +8,19 @@ out-of-tree vendors (torch_npu, torch_mlu, torch_musa, torch_sdaa) do. ``emulato
 (``XPU``/``HPU``): what torch's CPU build lacks for them is stood in for (``torch._C._xpu_*``
 bindings under torch's own ``torch.xpu``; ``torch.hpu`` and ``habana_frameworks.torch``), see
 docs/emulator.md. Afterwards tensors live
-on ``<name>:0``/``<name>:1``, memory is counted by the backend's allocator, compute runs CPU
-kernels, autocast dispatches for the device type and collectives move device tensors between
-processes (staged through gloo). ``torch.accelerator.current_accelerator()`` reports the device.
+on ``<name>:0``/``<name>:1`` in device memory the host can not read except through copies, each
+device has a capacity (``memory_bytes``) enforced by a caching allocator, compute runs CPU kernels
+that refuse operands on another device, side streams are ordered only by waits, autocast
+dispatches for the device type and collectives move device tensors between processes (staged
+through gloo). ``torch.accelerator.current_accelerator()`` reports the device.
 
 A process hosts one emulated device type, under one name: loading a second name fails.
 Set ``LIGHTNING_ANYACCEL_EMULATE=<name>`` and put ``tests/emulator/autoload`` on ``PYTHONPATH``
 to get the device in every Python process (children, notebook kernels) without code changes.
 
 Options make it a *lesser* backend, as some out-of-tree vendors' are (``acme:2:noshallow,noautocast``,
-see :data:`OPTIONS`), so the package's refusals and repairs for them run on a device, not in theory.
+see :data:`OPTIONS`), so the package's refusals and repairs for them run on a device, not in theory;
+``memory=SIZE`` sets each device's capacity (``acme:2:memory=256MiB``).
 
 Test support only: it is never installed with the package, and nothing it does proves vendor
 kernels, vendor collectives or performance.
@@ -35,12 +38,17 @@ from typing import Any
 
 import torch
 
-__all__ = ["BACKEND", "BUILTIN_TYPES", "ENV_VAR", "OPTIONS", "backend_name", "load", "loaded_name", "loaded_options",
-           "parse_options"]
+__all__ = ["BACKEND", "BUILTIN_TYPES", "DEFAULT_MEMORY_BYTES", "ENV_VAR", "OPTIONS", "backend_name", "load",
+           "loaded_name", "loaded_options", "parse_memory_bytes", "parse_options"]
 
 #: The environment variable the autoload hook reads (``npu``, ``mlu``, ``emu:4`` for 4 devices,
-#: ``acme:2:noshallow,noautocast`` for 2 devices of a lesser backend).
+#: ``acme:2:noshallow,noautocast`` for 2 devices of a lesser backend, ``acme:2:memory=256MiB`` for 2
+#: devices of 256 MiB each).
 ENV_VAR = "LIGHTNING_ANYACCEL_EMULATE"
+
+#: What each emulated device holds unless ``memory_bytes``/``memory=SIZE`` says otherwise: past it,
+#: allocation raises ``torch.OutOfMemoryError``. Address space only: host memory is used as tensors use it.
+DEFAULT_MEMORY_BYTES = 16 << 30
 
 #: The collective backend registered for the emulated device type. Vendors register theirs
 #: (hccl, cncl, ...) the same way; a name of its own keeps records from claiming a vendor library ran.
@@ -89,13 +97,42 @@ def parse_spec(spec: str) -> tuple[str, int]:
 
 
 def parse_options(spec: str) -> frozenset[str]:
-    """``"acme:2:noshallow,noautocast"`` -> ``{"noshallow", "noautocast"}``; unknown options raise, listing :data:`OPTIONS`."""
+    """``"acme:2:noshallow,noautocast"`` -> ``{"noshallow", "noautocast"}``; unknown options raise, listing :data:`OPTIONS`.
+
+    ``memory=SIZE`` is not a flag: :func:`parse_memory_bytes` reads it.
+    """
     fields = spec.split(":")
-    options = frozenset(o.strip() for o in (fields[2] if len(fields) > 2 else "").split(",") if o.strip())
+    options = frozenset(o.strip() for o in (fields[2] if len(fields) > 2 else "").split(",")
+                        if o.strip() and not o.strip().startswith(_MEMORY_OPTION))
     unknown = sorted(options - set(OPTIONS))
     if unknown:
         raise ValueError(f"Unknown emulator option(s) {unknown} in {spec!r}; known: {', '.join(OPTIONS)}.")
     return options
+
+
+_MEMORY_OPTION = "memory="
+_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+          "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+
+def parse_memory_bytes(spec: str) -> int | None:
+    """``"acme:2:memory=256MiB"`` -> ``268435456`` (the capacity of each device); ``None`` where the spec sets none.
+
+    Sizes are bytes or a number with a unit: ``KiB``, ``MiB``, ``GiB``, ``TiB`` (powers of 1024) or ``KB``,
+    ``MB``, ``GB``, ``TB`` (powers of 1000).
+    """
+    import re
+
+    fields = spec.split(":")
+    sizes = [o.strip()[len(_MEMORY_OPTION):] for o in (fields[2] if len(fields) > 2 else "").split(",")
+             if o.strip().startswith(_MEMORY_OPTION)]
+    if not sizes:
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*", sizes[-1])
+    if match is None:
+        raise ValueError(f"Unknown memory size {sizes[-1]!r} in {spec!r}; write e.g. memory=256MiB, memory=2GiB or"
+                         f" memory=1000000 (bytes).")
+    return int(float(match.group(1)) * _UNITS[match.group(2) or ""])
 
 
 def loaded_options() -> frozenset[str]:
@@ -103,13 +140,15 @@ def loaded_options() -> frozenset[str]:
     return _options
 
 
-def load(name: str, devices: int = 2, options: frozenset[str] = frozenset()) -> ModuleType:
+def load(name: str, devices: int = 2, options: frozenset[str] = frozenset(),
+         memory_bytes: int | None = None) -> ModuleType:
     """Make ``devices`` emulated devices of type ``name`` exist in this process; return ``torch.<name>``.
 
-    ``options`` (see :data:`OPTIONS`) take away what some vendors' backends lack. Idempotent for
-    the same name. Raises ``RuntimeError`` for a different name (a process hosts one emulated
-    device type). ``xpu`` and ``hpu`` are served on their own dispatch keys; any other name is
-    PrivateUse1 renamed.
+    ``options`` (see :data:`OPTIONS`) take away what some vendors' backends lack. ``memory_bytes``
+    is each device's capacity (:data:`DEFAULT_MEMORY_BYTES` if ``None``): an allocation past it
+    raises ``torch.OutOfMemoryError``. Idempotent for the same name. Raises ``RuntimeError`` for a
+    different name (a process hosts one emulated device type). ``xpu`` and ``hpu`` are served on
+    their own dispatch keys; any other name is PrivateUse1 renamed.
     """
     global _loaded, _options
     with _lock:
@@ -121,7 +160,7 @@ def load(name: str, devices: int = 2, options: frozenset[str] = frozenset()) -> 
                 )
             return getattr(torch, name)
         if name in BUILTIN_TYPES:
-            module = _load_builtin(name, devices)
+            module = _load_builtin(name, devices, memory_bytes)
             _loaded = name
             return module
         current = torch._C._get_privateuse1_backend_name()
@@ -130,8 +169,7 @@ def load(name: str, devices: int = 2, options: frozenset[str] = frozenset()) -> 
         from emulator._build_ext import import_extension
 
         ext = import_extension()
-        ext.activate("privateuseone")
-        ext.set_device_count(devices)
+        _activate(ext, "privateuseone", devices, memory_bytes)
         if current != name:
             torch.utils.rename_privateuse1_backend(name)
         module = _device_module(name, ext)
@@ -148,6 +186,40 @@ def load(name: str, devices: int = 2, options: frozenset[str] = frozenset()) -> 
             _register_collectives(name, avg="noavg" not in options)
         _loaded, _options = name, frozenset(options)
         return module
+
+
+def _activate(ext: Any, device_type: str, devices: int, memory_bytes: int | None) -> None:
+    """The C++ backend serves ``device_type`` with ``devices`` devices of ``memory_bytes`` each, checking
+    devices as torch's own kernels do (:func:`_unchecked_operators`)."""
+    ext.activate(device_type)
+    ext.set_device_count(devices)
+    ext.set_memory_bytes(DEFAULT_MEMORY_BYTES if memory_bytes is None else memory_bytes)
+    unchecked = _unchecked_operators()
+    if unchecked is not None:
+        ext.set_unchecked_operators(unchecked)
+
+
+def _unchecked_operators() -> list[str] | None:
+    """The operators marked ``device_check: NoCheck`` in the ``native_functions.yaml`` torch ships (in
+    ``torchgen``): their kernels check devices themselves (CPU scalars pass), every other kernel refuses
+    arguments on two devices. ``None`` where torch ships no such file (every operator is then checked as
+    TensorIterator checks)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("torchgen")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    files = [Path(p) / "packaged" / "ATen" / "native" / "native_functions.yaml" for p in locations]
+    path = next((f for f in files if f.is_file()), None)
+    if path is None:
+        return None
+    names, current = [], ""
+    for line in path.read_text().splitlines():  # a line scan: parsing the YAML takes a second per process
+        if line.startswith("- func:"):
+            current = line[len("- func:"):].strip().split("(", 1)[0]
+        elif current and line.strip().startswith("device_check:") and "NoCheck" in line:
+            names.append(current)
+    return names
 
 
 def _refuse_shallow_copies() -> None:
@@ -255,7 +327,7 @@ def _device_module(name: str, ext: Any) -> ModuleType:
             ext.default_generator(i).set_state(state)
 
     def synchronize(device: Any = None) -> None:
-        _index(device)  # validates; every kernel has finished when it returns
+        ext.synchronize(_index(device))  # what side streams wrote lands
 
     class device:  # noqa: N801 (torch's device modules name it so)
         """Context manager that makes ``idx`` the current device."""
@@ -332,7 +404,7 @@ def _device_module(name: str, ext: Any) -> ModuleType:
         "reset_peak_memory_stats": lambda device=None: ext.reset_peak_memory_stats(_index(device)),
         "reset_accumulated_memory_stats": lambda device=None: ext.reset_accumulated_memory_stats(_index(device)),
         "mem_get_info": lambda device=None: tuple(ext.mem_get_info(_index(device))),
-        "empty_cache": lambda: None,
+        "empty_cache": ext.empty_cache,
         "device": device,
         "current_stream": current_stream,
         "default_stream": default_stream,
@@ -351,13 +423,12 @@ def _device_module(name: str, ext: Any) -> ModuleType:
 # ------------------------------------------------------------------------------ built-in types: xpu, hpu
 
 
-def _load_builtin(name: str, devices: int) -> ModuleType:
+def _load_builtin(name: str, devices: int, memory_bytes: int | None) -> ModuleType:
     """Serve torch's built-in ``xpu`` or ``hpu`` type: C++ on their dispatch keys, Python stand-ins."""
     from emulator._build_ext import import_extension
 
     ext = import_extension()
-    ext.activate(name)  # allocator, guard, hooks, kernels, fallback, autocast for XPU/HPU (C++)
-    ext.set_device_count(devices)
+    _activate(ext, name, devices, memory_bytes)  # allocator, guard, hooks, kernels, fallback, autocast (C++)
     if name == "xpu":
         module = _stand_in_xpu_bindings(ext)
     else:
@@ -441,7 +512,7 @@ def _stand_in_xpu_bindings(ext: Any) -> ModuleType:
         "_xpu_setDevice": lambda device: ext.set_device(device) if device >= 0 else None,
         "_xpu_exchangeDevice": exchange,
         "_xpu_maybeExchangeDevice": exchange,
-        "_xpu_synchronize": lambda device=None: None,  # every kernel has finished when it returns
+        "_xpu_synchronize": lambda device=None: ext.synchronize(-1 if device is None else device),
         "_xpu_getArchFlags": lambda: None,
         "_xpu_canDeviceAccessPeer": lambda device, peer: True,
         "_xpu_getCurrentStream": current_stream,
@@ -450,7 +521,7 @@ def _stand_in_xpu_bindings(ext: Any) -> ModuleType:
         "_xpu_memoryStats": memory_stats,
         "_xpu_resetPeakMemoryStats": ext.reset_peak_memory_stats,
         "_xpu_resetAccumulatedMemoryStats": ext.reset_accumulated_memory_stats,
-        "_xpu_emptyCache": lambda: None,  # nothing is cached
+        "_xpu_emptyCache": ext.empty_cache,
         "_xpu_getMemoryInfo": lambda device: tuple(ext.mem_get_info(device)),
     }
     # torch.xpu.Stream/Event derive from these: the generic torch.Stream/torch.Event of the device
@@ -559,7 +630,7 @@ def autoload_from_env() -> None:
         return
     name, count = parse_spec(spec)
     try:
-        load(name, devices=count, options=parse_options(spec))
+        load(name, devices=count, options=parse_options(spec), memory_bytes=parse_memory_bytes(spec))
     except Exception as err:  # a broken emulator must say so, not silently give a CPU run
         print(f"emulator: could not load {spec!r} from ${ENV_VAR}: {err}", file=sys.stderr)
         raise

@@ -8,7 +8,7 @@ classes exist in both, but they are different objects: a strategy built on
 This package is the one place that knows that, and the one place that touches what Lightning,
 torch, DeepSpeed and ``multiprocessing`` do not promise (names starting with ``_``). Everything that can
 break with a new Lightning or torch release is in it, one module per kind (:mod:`.porting`,
-:mod:`.names`, :mod:`.accessors`, :mod:`.connector_hooks`):
+:mod:`.names`, :mod:`.accessors`, :mod:`.connector_hooks`, :mod:`.memory_hooks`):
 
 - :class:`FrontEnd`, :data:`LIGHTNING` and :data:`PYTORCH_LIGHTNING` name the two packages, and
   :func:`port` rebuilds a class of this package on the other package's base classes. Classes of
@@ -26,7 +26,9 @@ break with a new Lightning or torch release is in it, one module per kind (:mod:
   to ask :mod:`lightning_anyaccel.policy` which strategy to use with the package's accelerator;
 - :func:`install_device_info_hook` lets the policy report the device a Trainer uses (Lightning's
   own report knows CUDA, MPS and TPU only, and warns "GPU available but not used" while the
-  package trains on that GPU).
+  package trains on that GPU);
+- :func:`install_out_of_memory_hook` lets Lightning's out-of-memory detection (the batch-size
+  finder's) recognise every device's out-of-memory error, not only CUDA's.
 
 Example:
     >>> PYTORCH_LIGHTNING.translate("lightning.pytorch.strategies.ddp")
@@ -130,6 +132,7 @@ from lightning_anyaccel._lightning.connector_hooks import (
     install_device_info_hook,
     record_constructor_arguments,
 )
+from lightning_anyaccel._lightning.memory_hooks import _OUT_OF_MEMORY, install_out_of_memory_hook
 
 __all__ = [
     "FABRIC_MULTIPROCESSING_LAUNCHER",
@@ -153,6 +156,7 @@ __all__ = [
     "constructor_arguments",
     "install_connector_hooks",
     "install_device_info_hook",
+    "install_out_of_memory_hook",
     "record_constructor_arguments",
     "is_interactive",
     "port",

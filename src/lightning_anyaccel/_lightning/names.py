@@ -74,6 +74,9 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "install_connector_hooks"),
     PrivateName("lightning.fabric.connector", "_Connector", "install_connector_hooks"),
     PrivateName("lightning.pytorch.trainer.setup", "_log_device_info", "install_device_info_hook", ("trainer",)),
+    # a public function, but one the package replaces (it is no API for that): Lightning's CUDA-only OOM test
+    PrivateName("lightning.pytorch.utilities.memory", "is_cuda_out_of_memory", "install_out_of_memory_hook",
+                ("exception",)),
     # torch (the same module in both front ends): Inductor's registry of device code generators
     PrivateName("torch.nn.modules.batchnorm", "_BatchNorm", "sync_batchnorm.DeviceSyncBatchNorm (base class)"),
     PrivateName("torch._inductor.codegen.common", "init_backend_registration", "compilation.inductor_supports", ()),
