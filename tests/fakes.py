@@ -12,10 +12,14 @@ subprocess (see ``test_simulated.py``).
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import importlib.machinery
+import sys
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import torch
+
+from lightning_anyaccel.devices import DEVICE_TABLE
 
 
 class FakeDeviceModule:
@@ -72,11 +76,15 @@ class FakeDeviceModule:
 
 
 def install_fake_device(monkeypatch: Any, device_type: str, count: int = 2, *, initialized: bool = False,
-                        bf16: bool = True, backend: str | None = None) -> FakeDeviceModule:
+                        bf16: bool = True, backend: str | None = None,
+                        vendor_package: bool = True) -> FakeDeviceModule:
     """Make this process believe ``count`` devices of ``device_type`` exist (see module docstring).
 
     ``backend`` names a collective backend to report as registered (by default none is added,
-    so the real registry of this CPU build answers).
+    so the real registry of this CPU build answers). ``vendor_package``: the vendor's package that
+    the device table names for the type (``habana_frameworks`` for ``hpu``) is found by
+    ``importlib.util.find_spec`` and imported, as on the vendor's machines (empty modules: nothing
+    imports from them).
     """
     fake = FakeDeviceModule(device_type, count, initialized=initialized, bf16=bf16)
     real_get_device_module = torch.get_device_module
@@ -100,4 +108,12 @@ def install_fake_device(monkeypatch: Any, device_type: str, count: int = 2, *, i
     if backend is not None:
         monkeypatch.setattr(torch.distributed, "is_backend_available",
                             lambda name: name == backend or real_backend_available(name))
+    known = DEVICE_TABLE.get(device_type)
+    if vendor_package and known is not None and known.vendor_module is not None:
+        parts = known.vendor_module.split(".")  # as after `import habana_frameworks.torch`: each level imported
+        for name in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):
+            if name not in sys.modules:
+                module = ModuleType(name)
+                module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+                monkeypatch.setitem(sys.modules, name, module)
     return fake

@@ -29,6 +29,7 @@ CHECKED = {"python", "bash"}
 CHECKED_ELSEWHERE = {
     ("migration.md", "diff"): "tests/test_migration.py: every 'after' line is in the included file it runs",
     ("validate_hardware.md", "toml"): "test_toml_blocks_parse below",
+    ("contributing.md", "toml"): "test_expected_skip_example_is_an_entry below",
     ("programs.md", "text"): "tests/test_programs.py: the programs print these lines",
     ("programs.md", "yaml"): "tests/test_auto_device.py: a LightningCLI program parses it",
 }
@@ -55,6 +56,21 @@ def test_toml_blocks_parse():
     assert blocks
     for block in blocks:
         tomllib.loads(block)
+
+
+def test_expected_skip_example_is_an_entry(tmp_path):
+    """The expected-skips entry shown on the contributing page loads, and is one of tests/expected_skips.toml."""
+    import skip_check
+
+    page = ROOT / "docs" / "contributing.md"
+    lexer = FencedCodeBlockLexer(language=r"toml")
+    blocks = [str(region.lexemes["source"]) for region in lexer(Document(page.read_text(encoding="utf-8"), str(page)))]
+    assert blocks
+    listed = skip_check.load(ROOT / "tests" / "expected_skips.toml")
+    for number, block in enumerate(blocks):
+        example = tmp_path / f"example{number}.toml"
+        example.write_text(block)
+        assert set(skip_check.load(example)) <= set(listed), block
 
 
 def test_demo_validation_split_is_the_same_problem():
