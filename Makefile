@@ -179,11 +179,13 @@ COMPAT_ENDS ?= newest oldest torch-oldest torch-newest
 COMPAT_TESTS ?= $(wildcard tests/test_lightning_contract.py) tests/test_compat_fit.py
 COMPAT_TORCH_TESTS ?= tests/test_compat_torch.py
 COMPAT_EMULATED ?= emulated:npu
-# On the torch ends, each DDP start method with one front end, and not notebook 2: the Trainer and
-# Fabric start processes through the same Lightning launcher, and notebook 2 trains as the
-# single-device tests do (both differ by Lightning's code and the notebook's, not torch's; `make test`
-# runs them all on the main environment's torch).
-COMPAT_DEVICE_TESTS ?= not (fabric and (spawn or ddp_fork)) and not notebook
+# On the torch ends, each DDP start method and the two-process checkpoint with one front end, and not
+# notebook 2, the workloads, verify or the validation kit: the Trainer and Fabric start processes and
+# save through the same Lightning and torch code; notebook 2, the workloads' models, verify and the kit
+# train with the strategies the other device-generic tests train with (they differ by Lightning's code,
+# transformers' or ours, not torch's; `make test` runs them all on the main environment's torch).
+COMPAT_DEVICE_TESTS ?= not (fabric and (spawn or ddp_fork or test_checkpoint_from_two_processes)) and not notebook \
+	and not test_workloads and not test_verify and not test_the_kit
 COMPAT_OLDEST := $(COMPAT_DIR)/oldest
 COMPAT_PYTHON_oldest = $(COMPAT_OLDEST)/bin/python
 COMPAT_PYTHON_torch-oldest = $(COMPAT_DIR)/torch-oldest/bin/python
