@@ -12,7 +12,9 @@ LitGPT's checkpoint (a model built from a config, a tokenizer made from a word l
   by class path;
 - LitGPT, a widely used Lightning application (``pip install lightning-anyaccel[programs]``),
   through its own command line (``litgpt finetune_full ... --devices 2``): it builds Lightning's
-  ``FSDPStrategy(...)`` itself, which trains on the device as the package's FSDP.
+  ``FSDPStrategy(...)`` itself, which trains on the device as the package's FSDP;
+- the LightningCLI application again, its 2 ranks started by MPICH's ``mpiexec``, Open MPI's ``mpirun``,
+  ``torchrun`` or SLURM's ``srun`` instead of Lightning: each rank is put to work by the variable it inherits.
 """
 
 from __future__ import annotations
@@ -102,6 +104,73 @@ def test_a_lightning_cli_application_trains_on_the_device_without_an_accelerator
         assert ": trained on hpu:0 with AnyDDPStrategy, loss " in line, line
         first, last = map(float, line.rsplit("loss ", 1)[1].split(" -> "))
         assert last < first / 4, line
+
+
+VENV_BIN = Path(sys.executable).parent
+#: launchers of the processes of one machine, as users start the application with them (``<app>`` stands for it)
+LAUNCHERS = {
+    "mpich": [str(VENV_BIN / "mpiexec"), "-n", "2", "-launcher", "fork", sys.executable, "<app>"],
+    # Open MPI passes to other nodes only the variables named with -x (docs/programs.md)
+    "openmpi": ["/usr/bin/mpirun", "--bind-to", "none", "--oversubscribe", "-n", "2", "-x",
+                "LIGHTNING_ANYACCEL_ACTIVATE", sys.executable, "<app>"],
+    "torchrun": [str(VENV_BIN / "torchrun"), "--nproc-per-node=2", "<app>"],
+}
+#: Open MPI refuses to start as root without the first two (CI runs as root); TCP between its processes
+OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_btl": "self,tcp"}
+APP = [str(ROOT / "examples" / "cli_app.py"), "fit", "--config", str(ROOT / "examples" / "cli_app.yaml"),
+       "--trainer.max_epochs", "2"]
+
+
+def assert_every_rank_trained_on_its_acme_device(out: str) -> None:
+    """``Trainer()`` found the 2 devices of a type in no table, and each rank trained on its own with DDP."""
+    assert "lightning-anyaccel: found 2 acme devices" in out, out[-4000:]
+    ranks = _lines(out, "rank ")
+    assert [line.split(":", 1)[0] for line in ranks] == ["rank 0 of 2", "rank 1 of 2"], out[-4000:]
+    for rank, line in enumerate(ranks):
+        assert f": trained on acme:{rank} with AnyDDPStrategy, loss " in line, line
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_the_variable_reaches_every_rank_a_launcher_starts(launcher, tmp_path):
+    """``mpiexec -n 2 python cli_app.py fit ...`` (MPICH, Open MPI), ``torchrun --nproc-per-node=2 cli_app.py fit
+    ...``: the launcher, not Lightning, starts both ranks, and each is put to work by the variable it inherits."""
+    pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the programs extra)")
+    from _cluster import Job
+
+    from lightning_anyaccel.local_runs import free_port
+
+    command = LAUNCHERS[launcher]
+    if not Path(command[0]).exists():
+        pytest.skip(f"{command[0]} is not installed (CI installs it: see .ci/run)")
+    env = _program_env("acme:2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), **OMPI_ENV)
+    with Job(env=env) as job:
+        app = command.index("<app>")
+        job.spawn([*command[:app], *APP, "--trainer.default_root_dir", str(tmp_path)], tmp_path / "launcher.log")
+        (result,) = job.wait(timeout=DDP_TIMEOUT)
+    assert result.returncode == 0, result.output[-4000:]
+    assert_every_rank_trained_on_its_acme_device(result.output)
+
+
+def test_the_variable_reaches_every_task_srun_starts(tmp_path, monkeypatch):
+    """``srun --ntasks-per-node=2 python cli_app.py fit ...`` on a private SLURM cluster: SLURM starts both tasks
+    with the environment it exports (``--export=ALL``: the caller's), and each is put to work by the variable."""
+    pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the programs extra)")
+    from _cluster import missing, not_root, slurm_cluster
+
+    from lightning_anyaccel.local_runs import free_port
+
+    reason = not_root() or missing("slurmctld", "slurmd", "munged", "srun")
+    if reason:
+        pytest.skip(reason)
+    env = _program_env("acme:2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+    for name in ("LIGHTNING_ANYACCEL_ACTIVATE", "LIGHTNING_ANYACCEL_EMULATE", "PYTHONPATH", "MASTER_ADDR",
+                 "MASTER_PORT", "OMP_NUM_THREADS"):
+        monkeypatch.setenv(name, env[name])  # the caller's environment, which srun exports
+    with slurm_cluster() as cluster:
+        proc = cluster.run("srun", "-N", "1", "--ntasks-per-node=2", "--export=ALL", sys.executable, *APP,
+                           "--trainer.default_root_dir", str(tmp_path), timeout=DDP_TIMEOUT)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert_every_rank_trained_on_its_acme_device(proc.stdout + proc.stderr)
 
 
 # ----- LitGPT ---------------------------------------------------------------------------------------------------
