@@ -72,6 +72,8 @@ XPU_WORKLOADS ?= gpt2_single
 # Each run writes its validation record (lightning_anyaccel/records.py) into RECORDS as <type>-<level>.toml:
 # `make test` into _build/records (CI's evidence, not committed); `make records` into docs/records, the
 # records the support matrix shows (commit them; docs/contributing.md, "Validation records").
+# The options take their value after `=`: written apart, an existing PATH reads as a test path to pytest,
+# which then never loads tests/conftest.py, where the options are registered ("unrecognized arguments").
 RECORDS ?= _build/records
 # tests/lean_imports on PYTHONPATH from the start: pytest's own process, not only the processes it
 # starts (tests/conftest.py), skips the imports no test needs (tests/lean_imports/lean_imports.py).
@@ -86,12 +88,12 @@ ONE_DEVICE_TESTS ?= tests/test_sharding_cpu.py tests/test_verify.py
 # the emulator's compiler and mypy each keep one core busy: side by side
 test: install
 	@$(MAKE) --no-print-directory -j2 emulator typecheck
-	$(PYTEST) -n $(TEST_WORKERS) --validation-record $(RECORDS)/cpu-hardware.toml --simulated-records $(RECORDS)
+	$(PYTEST) -n $(TEST_WORKERS) --validation-record=$(RECORDS)/cpu-hardware.toml --simulated-records=$(RECORDS)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
-	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:acme -q --validation-record $(RECORDS)/acme-emulated.toml
+	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:acme -q --validation-record=$(RECORDS)/acme-emulated.toml
 	$(PYTEST) -p no:xdist -m one_device --device emulated:acme:1 -q $(ONE_DEVICE_TESTS)
-	WORKLOAD_CONFIGS=$(XPU_WORKLOADS) $(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS)" --validation-record $(RECORDS)/xpu-emulated.toml
-	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)" --validation-record $(RECORDS)/hpu-emulated.toml
+	WORKLOAD_CONFIGS=$(XPU_WORKLOADS) $(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS)" --validation-record=$(RECORDS)/xpu-emulated.toml
+	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)" --validation-record=$(RECORDS)/hpu-emulated.toml
 
 # The committed records (docs/records), each written by its run: CPU (the device-generic tests and every
 # test credited with a feature), the emulated xpu and hpu as `make test` runs them, and npu, sdaa, mlu and
@@ -106,11 +108,11 @@ RECORD_TESTS_xpu = -m device_generic --device emulated:xpu -k "$(SEED_DEVICE_TES
 RECORD_TESTS_hpu = -m device_generic --device emulated:hpu -k "$(SEED_DEVICE_TESTS)"
 records: $(addprefix record-,$(DEVICE_RECORDS))
 record-simulated: install
-	-$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q tests/test_simulated.py --simulated-records docs/records
+	-$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q tests/test_simulated.py --simulated-records=docs/records
 record-%: emulator
 	-$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q \
 		$(or $(RECORD_TESTS_$*),-m device_generic --device emulated:$* -k "$(SEED_DEVICE_TESTS) and not test_workloads") \
-		--validation-record docs/records/$*-$(if $(filter cpu,$*),hardware,emulated).toml
+		--validation-record=docs/records/$*-$(if $(filter cpu,$*),hardware,emulated).toml
 
 # mypy on src/ (configured in pyproject.toml: `@override` on every overriding method is checked). Its
 # cache (.mypy_cache/) makes a second run take seconds; the first analyses torch and Lightning too.
@@ -229,9 +231,9 @@ test-compat: $(addprefix compat-env-,$(COMPAT_ENDS))
 	  echo "== $$end end: $$($$py -c 'import lightning, pytorch_lightning, torch; print("lightning", lightning.__version__, "pytorch_lightning", pytorch_lightning.__version__, "torch", torch.__version__)')"; \
 	  case $$end in \
 	    torch-*) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(COMPAT_TORCH_TESTS) \
-	               --validation-record $(RECORDS)/$$end/cpu-hardware.toml; \
+	               --validation-record=$(RECORDS)/$$end/cpu-hardware.toml; \
 	             $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -n $(DEVICE_TEST_WORKERS) -m device_generic --device $(COMPAT_EMULATED) \
-	               -k "$(COMPAT_DEVICE_TESTS)" tests --validation-record $(RECORDS)/$$end/$(word 2,$(subst :, ,$(COMPAT_EMULATED)))-emulated.toml;; \
-	    *) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS) --validation-record $(RECORDS)/$$end/cpu-hardware.toml;; \
+	               -k "$(COMPAT_DEVICE_TESTS)" tests --validation-record=$(RECORDS)/$$end/$(word 2,$(subst :, ,$(COMPAT_EMULATED)))-emulated.toml;; \
+	    *) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS) --validation-record=$(RECORDS)/$$end/cpu-hardware.toml;; \
 	  esac; \
 	done
