@@ -23,6 +23,7 @@ from lightning import Fabric, LightningModule, Trainer
 from torch import nn
 
 import lightning_anyaccel  # noqa: F401
+from script_common import refusal
 
 warnings.filterwarnings("ignore")
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
@@ -31,15 +32,6 @@ QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False
 def result(name: str, value: object) -> None:
     sys.stdout.write(f"RESULT rank{dist.get_rank()} {name}: {value}\n")  # one write: the ranks share the pipe
     sys.stdout.flush()
-
-
-def refusal(make: object) -> str:
-    """The first line of the error ``make()`` raises (``type: message``), or ``none``."""
-    try:
-        make()  # type: ignore[operator]
-    except Exception as err:  # noqa: BLE001 - the test asserts on the type and the message
-        return f"{type(err).__name__}: {str(err).splitlines()[0]}"
-    return "none"
 
 
 def raw_collectives(device: torch.device) -> None:

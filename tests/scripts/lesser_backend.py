@@ -23,6 +23,7 @@ from torch import nn
 import lightning_anyaccel  # noqa: F401  (the only package line: no register_device, no DeviceSpec)
 from lightning_anyaccel import verify
 from lightning_anyaccel.optimizer_params import StaleParametersError
+from script_common import refusal
 
 warnings.filterwarnings("ignore")
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
@@ -30,15 +31,6 @@ QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False
 
 def result(name: str, value: object) -> None:
     print(f"RESULT {name}: {value}", flush=True)
-
-
-def refusal(make: object) -> str:
-    """The first line of the error ``make()`` raises (``type: message``), or ``none``."""
-    try:
-        make()  # type: ignore[operator]
-    except Exception as err:  # noqa: BLE001 - the test asserts on the type and the message
-        return f"{type(err).__name__}: {str(err).splitlines()[0]}"
-    return "none"
 
 
 def plain_torch_trains_nothing() -> None:

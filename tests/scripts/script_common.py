@@ -84,5 +84,14 @@ def common(strategy: Any, precision: Any, model: torch.nn.Module) -> dict[str, A
     }
 
 
+def refusal(make: object) -> str:
+    """The first line of the error ``make()`` raises (``type: message``), or ``none``."""
+    try:
+        make()  # type: ignore[operator]
+    except Exception as err:  # noqa: BLE001 - the test asserts on the type and the message
+        return f"{type(err).__name__}: {str(err).splitlines()[0]}"
+    return "none"
+
+
 def write(out: str | Path, rank: int, record: dict[str, Any]) -> None:
     Path(out, f"rank{rank}.json").write_text(json.dumps(record))
