@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 # The dev/CI tools and the package's dependencies, pinned with hashes (`make lock` regenerates it).
 LOCK := requirements/dev.lock
 
-.PHONY: install run test typecheck test-snippets emulator bench docs lab clean lock test-compat records
+.PHONY: install run test test-suite test-emulated typecheck test-snippets emulator bench docs lab clean lock test-compat records
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -85,11 +85,17 @@ export ANYACCEL_EXPECTED_SKIPS ?= $(CURDIR)/tests/expected_skips.toml
 # The tests of what a machine with one device does (marker one_device), run again on the emulated
 # accelerator loaded with one device, in one process (the CPU pass runs them already).
 ONE_DEVICE_TESTS ?= tests/test_sharding_cpu.py tests/test_verify.py
-# the emulator's compiler and mypy each keep one core busy: side by side
+# The main run mostly waits on child processes, launchers and a browser; the emulated runs mostly
+# compute. So they run side by side (test-suite and test-emulated, each its output in one piece, the
+# emulated runs' first), mypy beside them; `make test-suite` or `make test-emulated` runs one half.
 test: install
-	@$(MAKE) --no-print-directory -j2 emulator typecheck
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-emulated test-suite typecheck
+
+test-suite: emulator
 	$(PYTEST) -n $(TEST_WORKERS) --validation-record=$(RECORDS)/cpu-hardware.toml --simulated-records=$(RECORDS)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
+
+test-emulated: emulator
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:acme -q --validation-record=$(RECORDS)/acme-emulated.toml
 	$(PYTEST) -p no:xdist -m one_device --device emulated:acme:1 -q $(ONE_DEVICE_TESTS)
 	WORKLOAD_CONFIGS=$(XPU_WORKLOADS) $(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS)" --validation-record=$(RECORDS)/xpu-emulated.toml
@@ -172,8 +178,8 @@ lock: install
 #   (the newest release), each a cached venv in $(COMPAT_DIR) built from requirements/torch-<end>.lock
 #   (that torch as the index has it: the CUDA build, which runs on CPU but imports only with its
 #   nvidia-* libraries; uv keeps them in $(UV_CACHE_DIR)) and $(LOCK). They run $(COMPAT_TESTS) and
-#   $(COMPAT_TORCH_TESTS) on CPU, then the device-generic tests on the emulated accelerator compiled
-#   for that torch (tests/emulator/_build/torch-<version>-...).
+#   $(COMPAT_TORCH_TESTS) on CPU, then (the ends in $(COMPAT_EMULATED_ENDS)) the device-generic tests
+#   on the emulated accelerator compiled for that torch.
 # `make test` already runs these files on the main environment, so CI (.ci/run) runs the ends
 # oldest, torch-oldest and torch-newest.
 COMPAT_DIR ?= .compat
@@ -181,6 +187,9 @@ COMPAT_ENDS ?= newest oldest torch-oldest torch-newest
 COMPAT_TESTS ?= $(wildcard tests/test_lightning_contract.py) tests/test_compat_fit.py
 COMPAT_TORCH_TESTS ?= tests/test_compat_torch.py
 COMPAT_EMULATED ?= emulated:npu
+# The torch ends that also run the device-generic tests on the emulated accelerator (compiled for that
+# torch first, into tests/emulator/_build/torch-<version>-...); CI runs the floor's on CPU only (.ci/run).
+COMPAT_EMULATED_ENDS ?= torch-oldest torch-newest
 # On the torch ends, each DDP start method and the two-process checkpoint with one front end, and not
 # notebook 2, the workloads, verify or the validation kit: the Trainer and Fabric start processes and
 # save through the same Lightning and torch code; notebook 2, the workloads' models, verify and the kit
@@ -205,15 +214,13 @@ $(COMPAT_OLDEST)/.installed: requirements/compat-oldest.lock | install
 	@touch $@
 
 # A torch end: the lock of that torch and $(LOCK), every hash checked, nothing resolved; then the
-# package (editable, so the tests import this checkout) and the emulator compiled for that torch.
-# Triton is left out (requirements/torch-ends-excludes.txt says why).
+# package (editable, so the tests import this checkout). Triton is left out (requirements/torch-ends-excludes.txt says why).
 $(COMPAT_DIR)/torch-%/.installed: requirements/torch-%.lock $(LOCK) requirements/torch-ends-excludes.txt pyproject.toml | install
 	rm -rf $(COMPAT_DIR)/torch-$*
 	$(PYTHON) -m uv venv -q --python $(PYTHON) $(COMPAT_DIR)/torch-$*
 	DS_BUILD_OPS=0 $(PYTHON) -m uv pip install -q --compile-bytecode --python $(COMPAT_PYTHON_torch-$*) \
 		--require-hashes --no-deps -r $(LOCK) -r requirements/torch-$*.lock --excludes requirements/torch-ends-excludes.txt
 	$(PYTHON) -m uv pip install -q --python $(COMPAT_PYTHON_torch-$*) --no-deps --no-build-isolation -e .
-	MAX_JOBS=2 $(COMPAT_PYTHON_torch-$*) tests/emulator/_build_ext.py
 	@touch $@
 
 compat-env-newest: install
@@ -232,8 +239,11 @@ test-compat: $(addprefix compat-env-,$(COMPAT_ENDS))
 	  case $$end in \
 	    torch-*) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(COMPAT_TORCH_TESTS) \
 	               --validation-record=$(RECORDS)/$$end/cpu-hardware.toml; \
-	             $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -n $(DEVICE_TEST_WORKERS) -m device_generic --device $(COMPAT_EMULATED) \
-	               -k "$(COMPAT_DEVICE_TESTS)" tests --validation-record=$(RECORDS)/$$end/$(word 2,$(subst :, ,$(COMPAT_EMULATED)))-emulated.toml;; \
+	             case " $(COMPAT_EMULATED_ENDS) " in *" $$end "*) \
+	               MAX_JOBS=2 $$py tests/emulator/_build_ext.py; \
+	               $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -n $(DEVICE_TEST_WORKERS) -m device_generic --device $(COMPAT_EMULATED) \
+	                 -k "$(COMPAT_DEVICE_TESTS)" tests --validation-record=$(RECORDS)/$$end/$(word 2,$(subst :, ,$(COMPAT_EMULATED)))-emulated.toml;; \
+	             esac;; \
 	    *) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS) --validation-record=$(RECORDS)/$$end/cpu-hardware.toml;; \
 	  esac; \
 	done
