@@ -460,12 +460,13 @@ def main(argv: list[str] | None = None) -> None:
     import torch.distributed as dist
 
     from benchmarks.common import quiet_bench
-    from lightning_anyaccel import resolve_backend, runtime
+    from lightning_anyaccel import runtime
+    from lightning_anyaccel.distributed import prepare_backend
 
     quiet_bench()
     runner = Runner(args)
     runtime.set_device_index(runner.device)
-    dist.init_process_group(resolve_backend(runner.device), rank=args.rank, world_size=args.world_size,
+    dist.init_process_group(prepare_backend(runner.device), rank=args.rank, world_size=args.world_size,
                             timeout=timedelta(seconds=args.timeout),
                             device_id=runner.device if runner.device.index is not None else None)
     torch.set_num_threads(args.threads)

@@ -28,7 +28,9 @@ from lightning_anyaccel import (
 )
 from lightning_anyaccel._lightning import accessors as lightning_accessors
 from lightning_anyaccel import fabric as anyaccel_fabric
-from lightning_anyaccel.strategies.sharding import AnyDeepSpeedMixin, AnyFSDPMixin, AnyModelParallelMixin
+from lightning_anyaccel.strategies.deepspeed import AnyDeepSpeedMixin
+from lightning_anyaccel.strategies.fsdp import AnyFSDPMixin
+from lightning_anyaccel.strategies.model_parallel import AnyModelParallelMixin
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(

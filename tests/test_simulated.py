@@ -42,7 +42,7 @@ from lightning_anyaccel.distributed import BackendError, ForkAfterInitError
 from lightning_anyaccel.fabric import AnyDDPStrategy, AnySingleDeviceStrategy, seed_everything
 from lightning_anyaccel.precision import PrecisionNotSupportedError, align_precision_plugin
 from lightning_anyaccel.runtime import DeviceNotAvailableError
-from lightning_anyaccel.strategies.common import NotebookLaunchError
+from lightning_anyaccel.strategies.errors import NotebookLaunchError
 
 SCRIPTS = Path(__file__).parent / "scripts"
 # Built-in (non-PrivateUse1) device types: simulated in this process.

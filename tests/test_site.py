@@ -566,10 +566,10 @@ def test_troubleshooting_names_every_error_of_the_package(site):
     import lightning_anyaccel
     from lightning_anyaccel import checkpoint, launch_layout, precision, runtime
     from lightning_anyaccel import accelerator, distributed, policy
-    from lightning_anyaccel.strategies import common, sharding
+    from lightning_anyaccel.strategies import errors
 
     classes = {name for module in (lightning_anyaccel, accelerator, checkpoint, distributed, launch_layout, policy,
-                                   precision, runtime, common, sharding)
+                                   precision, runtime, errors)
                for name, value in vars(module).items()
                if inspect.isclass(value) and issubclass(value, Exception)
                and value.__module__.startswith("lightning_anyaccel")}

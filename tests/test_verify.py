@@ -102,8 +102,8 @@ def test_failed_check_fails_the_report(monkeypatch):
 
 @pytest.mark.parametrize("module", ["devices", "optimizer_params", "verify", "records", "runtime", "precision", "distributed", "checkpoint", "accelerator",
                                     "_compat", "strategies.single", "sharded_precision", "strategies.fsdp",
-                                    "strategies.model_parallel", "strategies.deepspeed", "strategies.common",
-                                    "strategies.sharding", "sync_batchnorm", "compilation", "build_locks",
+                                    "strategies.model_parallel", "strategies.deepspeed",
+                                    "sync_batchnorm", "compilation", "build_locks",
                                     "strategies.steps", "strategies.base", "strategies.multi_process",
                                     "strategies.sharded", "strategies.ddp", "fabric.strategies", "front_ends", "local_runs",
                                     "lightning_hooks", "atomic_commit", "gloo_interface", "rendezvous",

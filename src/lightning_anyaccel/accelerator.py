@@ -51,6 +51,7 @@ class DeviceTypeError(LinkedError, MisconfigurationException, ValueError):
 class AnyAcceleratorMixin:
     """Marks the package's accelerator, whatever Lightning package it is built for (see :mod:`lightning_anyaccel.policy`)."""
 
+    #: The device type of this class; ``None`` only on the unbound class.
     device_type: ClassVar[str | None] = None
 
 
@@ -66,8 +67,6 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         DeviceNotAvailableError: when PyTorch sees no device of that type, with the install hint.
     """
 
-    #: The device type of this class; ``None`` only on the unbound class.
-    device_type: ClassVar[str | None] = None
     #: How many devices ``accelerator="auto"`` found when it chose this instance (:mod:`lightning_anyaccel.auto`);
     #: ``None`` for an accelerator the user named.
     found_by_auto: int | None = None

@@ -9,8 +9,7 @@ holds what torch can not tell: known facts and quirks of the device types the pr
 entries refine the derived spec; they are not a whitelist. Every class in
 :mod:`lightning_anyaccel` asks :func:`get_spec` instead of branching on device names, and the
 documentation's support matrix is generated from the table, so code and docs cannot drift.
-:func:`register_device` adds or replaces an entry at runtime. The module is long because it is
-the table (one entry of known facts per device type) beside the derivation it refines.
+:func:`register_device` adds or replaces an entry at runtime.
 
 Example:
     >>> from lightning_anyaccel.devices import get_spec
@@ -229,6 +228,9 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
 #: Called with the spec on every :func:`register_device` (the registration module adds the accelerator name).
 _ON_REGISTER: list[Callable[[DeviceSpec], None]] = []
 
+#: The answers of :func:`get_spec`: device type -> (what torch said when it was derived, the spec).
+_SPECS: dict[str, tuple[tuple[Any, ...], DeviceSpec | None]] = {}
+
 #: Backends that never carry real collectives.
 NOT_REAL_BACKENDS = frozenset({"fake", "undefined"})
 
@@ -254,6 +256,7 @@ def register_device(spec: DeviceSpec) -> None:
     >>> del DEVICE_TABLE["mydevice"]
     """
     DEVICE_TABLE[spec.type] = spec
+    _SPECS.clear()
     for callback in list(_ON_REGISTER):
         callback(spec)
 
@@ -456,8 +459,25 @@ def device_of(device_type: str, index: int = 0) -> torch.device:
     return torch.device(device_type) if is_host(device_type) else torch.device(device_type, index)
 
 
+def _torch_state(device_type: str) -> tuple[Any, ...]:
+    """What a derived spec of ``device_type`` depends on that can change in a running process.
+
+    A vendor package imported later (it renames PrivateUse1, registers its device module and its
+    backend) or an entry of the table replaced changes it, so :func:`get_spec` derives again.
+    """
+    import torch.distributed as dist
+
+    backends = (tuple(sorted((name, tuple(types)) for name, types in dist.Backend.backend_capability.items())),
+                dist.Backend.default_device_backend_map.get(device_type)) if dist.is_available() else ()
+    return (DEVICE_TABLE.get(device_type), torch_device_module(device_type), privateuse1_name(),
+            torch.amp.is_autocast_available, backends)
+
+
 def get_spec(device_type: str) -> DeviceSpec:
     """The :class:`DeviceSpec` for ``device_type``: derived from torch (:func:`derive_spec`), refined by the table.
+
+    Derived once and kept (:func:`register_device` forgets what was kept) while torch says the same
+    about the device type.
 
     Raises a ``ValueError`` only for a type that neither torch nor the table knows, listing the
     known ones and saying how to add one.
@@ -465,7 +485,13 @@ def get_spec(device_type: str) -> DeviceSpec:
     >>> get_spec("hpu").name
     'Intel Gaudi (HPU)'
     """
-    spec = refine(derive_spec(device_type), DEVICE_TABLE.get(device_type))
+    state = _torch_state(device_type)
+    cached = _SPECS.get(device_type)
+    if cached is not None and cached[0] == state:
+        spec = cached[1]
+    else:
+        spec = refine(derive_spec(device_type), DEVICE_TABLE.get(device_type))
+        _SPECS[device_type] = (state, spec)
     if spec is None:
         known = ", ".join(known_device_types())
         raise ValueError(

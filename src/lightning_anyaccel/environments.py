@@ -139,4 +139,4 @@ class AnyMPIEnvironment(ClusterEnvironment):
         """Nothing to undo: the launcher owns the processes and their variables."""
 
 
-__all__ = ["DEFAULT_MAIN_PORT", "LAUNCHERS", "AnyMPIEnvironment"]
+__all__ = ["DEFAULT_MAIN_PORT", "AnyMPIEnvironment"]

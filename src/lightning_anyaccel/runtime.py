@@ -249,7 +249,7 @@ def set_device_index(device: torch.device) -> None:
     """Make ``device`` the current device of this process (no-op on CPU and for index-less devices)."""
     if is_host(device.type) or device.index is None:
         return
-    set_index = _compat.accelerator_function("set_device_index", "set_device_idx")
+    set_index = _compat.accelerator_function("set_device_index")
     if set_index is not None and _is_current(device.type):
         set_index(device.index)
     else:

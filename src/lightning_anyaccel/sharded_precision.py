@@ -1,7 +1,7 @@
 """FSDP mixed precision on the accelerator's own device type.
 
 Lightning's ``FSDPPrecision`` autocasts on ``"cuda"`` and builds ``ShardedGradScaler()``, whose
-device defaults to ``"cuda"`` (audit row 9): on any other device autocast switches itself off
+device defaults to ``"cuda"``: on any other device autocast switches itself off
 and fp16 scaling fails. :class:`AnyFSDPPrecision` takes the device type like Lightning's
 ``MixedPrecision(precision, device)`` does, so :func:`~lightning_anyaccel.precision.align_precision_plugin`
 can rebuild it for the strategy's device. Fabric's ``FSDPPrecision`` has the same two faults;

@@ -46,10 +46,6 @@ from lightning_anyaccel._lightning.porting import (
     FrontEnd,
     LIGHTNING,
     PYTORCH_LIGHTNING,
-    _PORTED,
-    _PORT_MODULES,
-    _rebind,
-    _rebuild,
     front_end_of,
     front_end_of_module,
     port,
@@ -62,19 +58,12 @@ from lightning_anyaccel._lightning.names import (
     PrivateAttribute,
     PrivateName,
     TRAINER_MULTIPROCESSING_LAUNCHER,
-    _FABRIC_CONNECTOR,
-    _FABRIC_DDP,
-    _TRAINER_CONNECTOR,
-    _TRAINER_DDP,
     private,
 )
 from lightning_anyaccel._lightning.accessors import (
     FULL_STATE_DICT_MODULES,
     FabricMultiProcessingLauncher,
     TrainerMultiProcessingLauncher,
-    _FULL_STATE_DICT_DISPATCHING,
-    _FULL_STATE_DICT_HELPER,
-    _dispatch_full_state_dict_context,
     backend_creators,
     batchnorm_base,
     bound_deepspeed_new_group,
@@ -124,15 +113,12 @@ from lightning_anyaccel._lightning.connector_hooks import (
     ConnectorView,
     FABRIC_CONNECTOR,
     TRAINER_CONNECTOR,
-    _DEVICE_INFO,
-    _HOOK_MARK,
-    _wrap,
     constructor_arguments,
     install_connector_hooks,
     install_device_info_hook,
     record_constructor_arguments,
 )
-from lightning_anyaccel._lightning.memory_hooks import _OUT_OF_MEMORY, install_out_of_memory_hook
+from lightning_anyaccel._lightning.memory_hooks import install_out_of_memory_hook
 
 __all__ = [
     "FABRIC_MULTIPROCESSING_LAUNCHER",

@@ -25,7 +25,7 @@ deadline, the device's precision check and the exit hook.
 Example:
     >>> [step.name for step in SETUP if step.before_launch]  # doctest: +NORMALIZE_WHITESPACE
     ['supervise_worker', 'check_accelerator', 'align_precision', 'check_start_method', 'check_fork_safety',
-     'check_backend']
+     'prepare_backend']
 """
 
 from __future__ import annotations
@@ -41,15 +41,13 @@ from typing_extensions import override
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.strategies.base import fabric_class
-from lightning_anyaccel.strategies.multi_process import LAUNCHER_PID_ENV, START_METHODS, AnyDistributedMixin
+from lightning_anyaccel.strategies.multi_process import START_METHODS, AnyDistributedMixin
 from lightning_anyaccel.strategies.parameter_moves import FabricParameterMovesMixin, TrainerParameterMovesMixin
-from lightning_anyaccel.strategies.process_launchers import AnyMultiProcessingLauncher
 from lightning_anyaccel.strategies.steps import (
     Setup,
     align_precision,
     before_launch,
     check_accelerator,
-    check_backend,
     check_device_precision,
     check_fork_safety,
     check_layout,
@@ -58,6 +56,7 @@ from lightning_anyaccel.strategies.steps import (
     in_worker,
     lightning_setup_within_deadline,
     name_socket_interface,
+    prepare_backend,
     supervise_worker,
 )
 
@@ -68,7 +67,7 @@ SETUP: Setup = (
     before_launch(align_precision),
     before_launch(check_start_method),
     before_launch(check_fork_safety),
-    before_launch(check_backend),
+    before_launch(prepare_backend),
     in_worker(check_layout),
     in_worker(name_socket_interface),
     in_worker(lightning_setup_within_deadline),
@@ -133,5 +132,4 @@ class FabricDDPStrategy(FabricParameterMovesMixin, AnyDDPMixin, FabricDDP):
         return self._wrap_ddp(module, device_ids)
 
 
-__all__ = ["LAUNCHER_PID_ENV", "SETUP", "START_METHODS", "AnyDDPMixin", "AnyDDPStrategy",
-           "AnyMultiProcessingLauncher", "FabricDDPStrategy"]
+__all__ = ["SETUP", "AnyDDPMixin", "AnyDDPStrategy", "FabricDDPStrategy"]

@@ -70,7 +70,6 @@ from lightning_anyaccel.strategies.steps import (
     align_precision,
     before_launch,
     check_accelerator,
-    check_backend,
     check_collectives,
     check_device_precision,
     check_fork_safety,
@@ -79,6 +78,7 @@ from lightning_anyaccel.strategies.steps import (
     destroy_process_group_at_exit,
     in_worker,
     name_socket_interface,
+    prepare_backend,
     rendezvous_deadline,
     supervise_worker,
 )
@@ -218,7 +218,7 @@ SETUP: Setup = (
     before_launch(align_precision),
     before_launch(check_start_method),
     before_launch(check_fork_safety),
-    before_launch(check_backend),
+    before_launch(prepare_backend),
     in_worker(check_layout),
     in_worker(name_socket_interface),
     in_worker(lightning_setup_past_deepspeed_check),
@@ -491,4 +491,4 @@ class FabricDeepSpeedStrategy(FabricAtomicSaveMixin, AnyDeepSpeedMixin, FabricDe
 
 
 __all__ = ["DEEPSPEED_NAMES", "SETUP", "TRAINER_SETUP", "AnyDeepSpeedMixin", "AnyDeepSpeedStrategy",
-           "DeepSpeedNotInstalledError", "FabricDeepSpeedStrategy", "deepspeed_device_types", "inference_config_keys"]
+           "FabricDeepSpeedStrategy", "deepspeed_device_types", "inference_config_keys"]

@@ -2,14 +2,14 @@
 
 What Lightning's ``FSDPStrategy`` does that only works on CUDA, and what :class:`AnyFSDPMixin` does instead:
 
-- the connector refuses FSDP unless the accelerator is CUDA (audit row 7): the check is
+- the connector refuses FSDP unless the accelerator is CUDA: the check is
   ``type(strategy) is FSDPStrategy`` and the registered names, so these subclasses and their own
   names (``any_fsdp``, ``any_fsdp_cpu_offload``) pass;
 - ``FullyShardedDataParallel(device_id=root_device.index)``: ``None`` on CPU, which FSDP then
   resolves to "the current accelerator" and fails; here ``device_id`` is the ``torch.device``;
-- a ``device_mesh=(replicas, shards)`` tuple becomes ``init_device_mesh("cuda", ...)`` (row 25);
+- a ``device_mesh=(replicas, shards)`` tuple becomes ``init_device_mesh("cuda", ...)``;
   here the mesh is built on the strategy's device type;
-- ``FSDPPrecision`` autocasts on ``"cuda"`` with a CUDA ``ShardedGradScaler`` (row 9); here
+- ``FSDPPrecision`` autocasts on ``"cuda"`` with a CUDA ``ShardedGradScaler``; here
   :class:`~lightning_anyaccel.sharded_precision.AnyFSDPPrecision` on the device type;
 - full-state-dict checkpoints gather with ``offload_to_cpu=True``, which segfaults when FSDP
   runs on CPU; here offloading follows the device table (``fsdp_full_state_offload``);
@@ -61,7 +61,6 @@ from lightning_anyaccel.strategies.steps import (
     Setup,
     before_launch,
     check_accelerator,
-    check_backend,
     check_collectives,
     check_device_precision,
     check_fork_safety,
@@ -71,6 +70,7 @@ from lightning_anyaccel.strategies.steps import (
     in_worker,
     lightning_setup_within_deadline,
     name_socket_interface,
+    prepare_backend,
     supervise_worker,
 )
 
@@ -144,7 +144,7 @@ SETUP: Setup = (
     before_launch(align_fsdp_precision),
     before_launch(check_start_method),
     before_launch(check_fork_safety),
-    before_launch(check_backend),
+    before_launch(prepare_backend),
     before_launch(check_state_dict_offload),
     before_launch(check_cpu_offload),
     in_worker(check_layout),

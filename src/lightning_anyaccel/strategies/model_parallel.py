@@ -3,7 +3,7 @@
 Lightning's ``ModelParallelStrategy`` already builds its device mesh on ``root_device.type``
 and works unchanged on CPU (measured: gloo, 2 processes). What it lacks elsewhere is what the
 package adds to every strategy: the collective backend from the device table (Lightning's map
-gives HPU ``fake``, audit row 10), a mixed-precision plugin for the device type instead of
+gives HPU ``fake``), a mixed-precision plugin for the device type instead of
 ``"cuda"``, the barrier without NCCL-only ``device_ids``, and the refusal of devices without
 collectives. The user shards in ``LightningModule.configure_model`` with ``fully_shard``, using
 ``self.device_mesh`` (Fabric: a ``parallelize_fn``, by default :func:`fully_shard_data_parallel`).
@@ -45,7 +45,6 @@ from lightning_anyaccel.strategies.steps import (
     align_precision,
     before_launch,
     check_accelerator,
-    check_backend,
     check_collectives,
     check_device_precision,
     check_fork_safety,
@@ -55,6 +54,7 @@ from lightning_anyaccel.strategies.steps import (
     in_worker,
     lightning_setup_within_deadline,
     name_socket_interface,
+    prepare_backend,
     supervise_worker,
 )
 
@@ -91,7 +91,7 @@ SETUP: Setup = (
     before_launch(align_precision),
     before_launch(check_start_method),
     before_launch(check_fork_safety),
-    before_launch(check_backend),
+    before_launch(prepare_backend),
     in_worker(check_layout),
     in_worker(name_socket_interface),
     in_worker(size_fsdp2_mesh),
@@ -108,7 +108,7 @@ FABRIC_SETUP: Setup = (
     before_launch(align_precision),
     before_launch(check_start_method),
     before_launch(check_fork_safety),
-    before_launch(check_backend),
+    before_launch(prepare_backend),
     before_launch(check_parallelize_fn),
     in_worker(check_layout),
     in_worker(name_socket_interface),

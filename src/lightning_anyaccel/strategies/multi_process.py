@@ -66,6 +66,8 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
     global_rank: int
     world_size: int
     strategy_name: ClassVar[str] = "any_ddp"
+    #: The collective backend the setup step ``prepare_backend`` resolved (``None`` before it ran).
+    resolved_backend: str | None = None
 
     def __init__(self, *args: Any, timeout: timedelta | None = None, **kwargs: Any) -> None:
         """``timeout=None`` means :func:`~lightning_anyaccel.rendezvous.default_timeout` (10 min, or
@@ -104,8 +106,8 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
         their backend right after construction. ``None`` while neither devices nor accelerator are known.
         """
         given = _lightning.process_group_backend_given(self)
-        if given:
-            return given
+        if given or self.resolved_backend:
+            return given or self.resolved_backend
         device_type = self.parallel_devices[0].type if self.parallel_devices else getattr(
             self.accelerator, "device_type", None)
         return resolve_backend(torch.device(device_type)) if device_type else None
@@ -135,13 +137,13 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
         assert timeout is not None
         return timeout
 
-    def _resolve_backend(self) -> str:
-        return resolve_backend(self.root_device, _lightning.process_group_backend_given(self))
-
     @override
     def _get_process_group_backend(self) -> str:
-        """Lightning's hook for the backend: the device table's choice, never ``fake`` or a silent ``gloo``."""
-        return self._resolve_backend()
+        """Lightning's hook for the backend: the device table's choice, never ``fake`` or a silent ``gloo``.
+
+        The one the setup step ``prepare_backend`` resolved; resolved here only when no setup ran.
+        """
+        return self.resolved_backend or resolve_backend(self.root_device, _lightning.process_group_backend_given(self))
 
     @override
     def _configure_launcher(self) -> None:

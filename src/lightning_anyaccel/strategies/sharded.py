@@ -2,7 +2,7 @@
 
 Sharding splits parameters, gradients and optimizer state across processes. Lightning's FSDP,
 ModelParallel and DeepSpeed strategies assume CUDA in their precision plugins, device meshes,
-device ids and accelerator checks (audit rows 7, 9, 25, 26); each family module
+device ids and accelerator checks; each family module
 (:mod:`~lightning_anyaccel.strategies.fsdp`, ``.model_parallel``, ``.deepspeed``) replaces those
 parts from the device table, on this common base.
 
@@ -28,7 +28,7 @@ class AnyShardedMixin(AnyDistributedMixin):
     Sharding needs a collective backend on the device (the step
     :func:`~lightning_anyaccel.strategies.steps.check_collectives`); the process group is bound to
     the device when it has an index, and every device mesh is built on the strategy's device type
-    (Lightning builds FSDP meshes on ``"cuda"``, audit row 25).
+    (Lightning builds FSDP meshes on ``"cuda"``).
     """
 
     #: How the strategy is called in messages.

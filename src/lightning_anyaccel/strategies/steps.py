@@ -29,7 +29,7 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
-from lightning_anyaccel import _lightning, gloo_interface, rendezvous, supervision
+from lightning_anyaccel import _lightning, distributed, gloo_interface, rendezvous, supervision
 from lightning_anyaccel.accelerator import DeviceTypeError
 from lightning_anyaccel.distributed import check_fork_safe
 from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
@@ -142,9 +142,14 @@ def check_fork_safety(strategy: Any) -> None:
         check_fork_safe(strategy.device_type)
 
 
-def check_backend(strategy: Any) -> None:
-    """Resolve the collective backend now (a device without one is refused, naming ``any_single``)."""
-    strategy._resolve_backend()
+def prepare_backend(strategy: Any) -> None:
+    """Resolve the collective backend once (a device without one is refused, naming ``any_single``) and ready it.
+
+    The strategy keeps the answer (``resolved_backend``) for Lightning's process group;
+    :func:`~lightning_anyaccel.distributed.prepare_backend` is the one place torch's backend registry changes.
+    """
+    strategy.resolved_backend = distributed.prepare_backend(
+        strategy.root_device, _lightning.process_group_backend_given(strategy))
 
 
 def check_layout(strategy: Any) -> None:
@@ -210,7 +215,6 @@ __all__ = [
     "align_precision",
     "before_launch",
     "check_accelerator",
-    "check_backend",
     "check_collectives",
     "check_device_precision",
     "check_fork_safety",
@@ -222,6 +226,7 @@ __all__ = [
     "lightning_setup_within_deadline",
     "rendezvous_deadline",
     "name_socket_interface",
+    "prepare_backend",
     "run_setup",
     "supervise_worker",
     ]
