@@ -33,9 +33,9 @@ def main(argv: list[str] | None = None) -> None:
     import torch.distributed as dist
 
     from benchmarks.common import seconds_per_call
-    from lightning_anyaccel import runtime
-    from lightning_anyaccel.distributed import prepare_backend
-    from lightning_anyaccel.devices import device_of, is_host
+    from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.devices import device_of, is_host
+    from lightning_anyaccel.device.distributed import prepare_backend
 
     torch.set_num_threads(args.threads)
     device_type = runtime.detect_device_type()

@@ -363,7 +363,7 @@ def syncbn_numerics(device: str, out: Path) -> dict[str, Any]:
     """The package's synchronized BatchNorm on this rank's half of a batch against BatchNorm on all of it."""
     import torch.distributed as dist
 
-    from lightning_anyaccel.sync_batchnorm import convert_sync_batchnorm
+    from lightning_anyaccel.device.sync_batchnorm import convert_sync_batchnorm
 
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1)

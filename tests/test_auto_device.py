@@ -26,7 +26,7 @@ from front_ends import EVERY_FRONT_END, EVERY_TRAINER, FrontEnd
 from lightning_anyaccel import _lightning, activation, auto
 from lightning_anyaccel._lightning import LIGHTNING
 from lightning_anyaccel.auto import AutoModeError
-from lightning_anyaccel.devices import get_spec
+from lightning_anyaccel.device.devices import get_spec
 from lightning_anyaccel.policy import StrategyNotSupportedError
 
 

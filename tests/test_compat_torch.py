@@ -11,9 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
-from lightning_anyaccel import _compat, runtime
 from tests.fakes import install_fake_device
+
+from lightning_anyaccel import _compat
+from lightning_anyaccel.device import runtime
 
 
 @pytest.fixture
@@ -174,7 +175,7 @@ def test_a_backend_returning_its_own_process_group_gets_its_default_backend():
 
     import torch.distributed as dist
 
-    from lightning_anyaccel.distributed import adopt_whole_group_backend, prepare_backend
+    from lightning_anyaccel.device.distributed import adopt_whole_group_backend, prepare_backend
 
     created = []
     if "WHOLEGROUP" not in dist.Backend._plugins:

@@ -26,8 +26,8 @@ from lightning_anyaccel import (
     DeepSpeedNotInstalledError,
     ShardingNotSupportedError,
 )
-from lightning_anyaccel._lightning import accessors as lightning_accessors
 from lightning_anyaccel import fabric as anyaccel_fabric
+from lightning_anyaccel._lightning import accessors as lightning_accessors
 from lightning_anyaccel.strategies.deepspeed import AnyDeepSpeedMixin
 from lightning_anyaccel.strategies.fsdp import AnyFSDPMixin
 from lightning_anyaccel.strategies.model_parallel import AnyModelParallelMixin
@@ -245,9 +245,8 @@ def test_deepspeed_refuses_a_device_without_its_vendor_package(monkeypatch) -> N
     process starts (the launching process's checks), with the reason."""
     import dataclasses
 
-    from lightning_anyaccel.devices import get_spec
-    from lightning_anyaccel.strategies import AnyDeepSpeedStrategy, ShardingNotSupportedError
-    from lightning_anyaccel.strategies import sharded
+    from lightning_anyaccel.device.devices import get_spec
+    from lightning_anyaccel.strategies import AnyDeepSpeedStrategy, ShardingNotSupportedError, sharded
 
     strategy = AnyDeepSpeedStrategy(stage=2, parallel_devices=[torch.device("cpu")] * 2)
     spec = dataclasses.replace(get_spec("cpu"), vendor_module="not_an_installed_vendor.torch")

@@ -37,11 +37,11 @@ from lightning_anyaccel import (
     get_spec,
     resolve_backend,
 )
-from lightning_anyaccel import devices as devices_mod
-from lightning_anyaccel.distributed import BackendError, ForkAfterInitError
+from lightning_anyaccel.device import devices as devices_mod
+from lightning_anyaccel.device.distributed import BackendError, ForkAfterInitError
+from lightning_anyaccel.device.precision import PrecisionNotSupportedError, align_precision_plugin
+from lightning_anyaccel.device.runtime import DeviceNotAvailableError
 from lightning_anyaccel.fabric import AnyDDPStrategy, AnySingleDeviceStrategy, seed_everything
-from lightning_anyaccel.precision import PrecisionNotSupportedError, align_precision_plugin
-from lightning_anyaccel.runtime import DeviceNotAvailableError
 from lightning_anyaccel.strategies.errors import NotebookLaunchError
 
 SCRIPTS = Path(__file__).parent / "scripts"

@@ -23,13 +23,13 @@ from lightning.pytorch.callbacks import Callback, DeviceStatsMonitor
 from lightning.pytorch.loggers import CSVLogger
 
 import lightning_anyaccel  # noqa: F401  (registers names)
-from lightning_anyaccel import AnyAccelerator, AnySingleDeviceStrategy, runtime
-from lightning_anyaccel.demo import DemoModel, demo_loader
-from lightning_anyaccel.devices import get_spec
-from lightning_anyaccel.distributed import ForkAfterInitError
-
 from conftest import DDP_TIMEOUT, SRC, rank_device
 from front_ends import EVERY_FRONT_END, FRONT_ENDS, FrontEnd
+from lightning_anyaccel import AnyAccelerator, AnySingleDeviceStrategy
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import get_spec
+from lightning_anyaccel.device.distributed import ForkAfterInitError
+from lightning_anyaccel.tools.demo import DemoModel, demo_loader
 
 TRAIN = str(Path(__file__).parent / "scripts" / "train.py")
 
@@ -140,7 +140,7 @@ def test_device_report_names_the_device_used(device_type, caplog, lightning_info
     import logging
     import warnings
 
-    from lightning_anyaccel import runtime
+    from lightning_anyaccel.device import runtime
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -25,9 +25,17 @@ from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
-from lightning_anyaccel import _lightning, runtime
-from lightning_anyaccel.devices import DEVICE_TABLE, device_of, get_spec, is_host, known_device_types, present_device_types
-from lightning_anyaccel.precision import check_device_supports
+from lightning_anyaccel import _lightning
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import (
+    DEVICE_TABLE,
+    device_of,
+    get_spec,
+    is_host,
+    known_device_types,
+    present_device_types,
+)
+from lightning_anyaccel.device.precision import check_device_supports
 from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
@@ -56,7 +64,7 @@ class AnyAcceleratorMixin:
 
 
 class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
-    """Accelerator for any ``torch.device`` type PyTorch knows (see :func:`~lightning_anyaccel.devices.get_spec`).
+    """Accelerator for any ``torch.device`` type PyTorch knows (see :func:`~lightning_anyaccel.device.devices.get_spec`).
 
     Args:
         device_type: ``"xpu"``, ``"hpu"``, ``"npu"``, ``"cuda"``, ... or ``None`` for the accelerator

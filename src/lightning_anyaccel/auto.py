@@ -30,9 +30,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from lightning_anyaccel import _lightning, runtime
-from lightning_anyaccel.devices import get_spec, is_host
-from lightning_anyaccel.launch_layout import detect_launcher
+from lightning_anyaccel import _lightning
+from lightning_anyaccel.cluster.launch_layout import detect_launcher
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import get_spec, is_host
 from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ def first_process(environ: Mapping[str, str] = os.environ) -> bool:
 
     Lightning's ``rank_zero_*`` know the rank before the strategy sets it from ``RANK``,
     ``LOCAL_RANK`` and SLURM's variable only; ``mpiexec``/``mpirun`` name it otherwise
-    (:data:`lightning_anyaccel.launch_layout.LAUNCHERS`), and the automatic choice is logged while
+    (:data:`lightning_anyaccel.cluster.launch_layout.LAUNCHERS`), and the automatic choice is logged while
     the Trainer or Fabric is built, before that.
 
     >>> first_process({"PMI_RANK": "1", "MPI_LOCALRANKID": "1"}), first_process({})

@@ -11,8 +11,7 @@ Lightning attribute:
 - how the ranks are set from the cluster environment (``set_world_ranks``/``_set_world_ranks``);
 - where the extra ``FullyShardedDataParallel`` arguments live (``kwargs``/``_fsdp_kwargs``);
 - the front end's ``FSDPPrecision`` and the package's replacement for it;
-- the front end's ``DeepSpeedStrategy`` (whose own ``setup_environment`` is skipped) and its
-  multiprocessing launcher with the package's fixes.
+- the front end's ``DeepSpeedStrategy`` (whose own ``setup_environment`` is skipped).
 
 A strategy class names its side with ``_side`` (:class:`TrainerSide` or :class:`FabricSide`);
 :attr:`FrontEndSide.package` is the Lightning package it was built on (``lightning`` unless
@@ -80,10 +79,6 @@ class FrontEndSide(ABC):
     def deepspeed_strategy_class(self) -> type:
         """The front end's ``DeepSpeedStrategy`` (its ``setup_environment`` refuses every accelerator but CUDA)."""
 
-    @abstractmethod
-    def launcher_class(self) -> type:
-        """The front end's spawn/fork launcher with the package's fixes (``AnyMultiProcessingLauncher``)."""
-
     def port(self, obj: T) -> T:
         """``obj`` (a class of ``lightning`` or of the package) for :attr:`package`."""
         return port(obj, self.package)
@@ -120,7 +115,7 @@ class TrainerSide(FrontEndSide):
     def fsdp_precision_classes(self) -> tuple[type, type]:
         from lightning.pytorch.plugins.precision import FSDPPrecision
 
-        from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
+        from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision
 
         return self.port(FSDPPrecision), self.port(AnyFSDPPrecision)
 
@@ -129,12 +124,6 @@ class TrainerSide(FrontEndSide):
         from lightning.pytorch.strategies import DeepSpeedStrategy
 
         return self.port(DeepSpeedStrategy)
-
-    @override
-    def launcher_class(self) -> type:
-        from lightning_anyaccel.strategies.process_launchers import AnyMultiProcessingLauncher
-
-        return self.port(AnyMultiProcessingLauncher)
 
 
 @dataclass(frozen=True)
@@ -167,7 +156,7 @@ class FabricSide(FrontEndSide):
     def fsdp_precision_classes(self) -> tuple[type, type]:
         from lightning.fabric.plugins.precision.fsdp import FSDPPrecision
 
-        from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
+        from lightning_anyaccel.device.sharded_precision import AnyFabricFSDPPrecision
 
         return self.port(FSDPPrecision), self.port(AnyFabricFSDPPrecision)
 
@@ -176,12 +165,6 @@ class FabricSide(FrontEndSide):
         from lightning.fabric.strategies import DeepSpeedStrategy
 
         return self.port(DeepSpeedStrategy)
-
-    @override
-    def launcher_class(self) -> type:
-        from lightning_anyaccel.strategies.process_launchers import FabricMultiProcessingLauncher
-
-        return self.port(FabricMultiProcessingLauncher)
 
 
 __all__ = ["FabricSide", "FrontEndSide", "TrainerSide"]

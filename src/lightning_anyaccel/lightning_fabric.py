@@ -25,6 +25,7 @@ registration.register_fabric(PYTORCH_LIGHTNING)
 
 if TYPE_CHECKING:
     from lightning_anyaccel.accelerator import AnyAccelerator
+    from lightning_anyaccel.device.sharded_precision import AnyFabricFSDPPrecision
     from lightning_anyaccel.fabric.strategies import (
         AnyDDPStrategy,
         AnyDeepSpeedStrategy,
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
         AnyModelParallelStrategy,
         AnySingleDeviceStrategy,
     )
-    from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
 else:
     from lightning_anyaccel.accelerator import AnyAccelerator as _AnyAccelerator
 

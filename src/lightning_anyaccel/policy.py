@@ -42,8 +42,8 @@ import logging
 from typing import Any
 
 from lightning_anyaccel import _lightning, activation, auto
-from lightning_anyaccel.devices import get_spec, is_host
-from lightning_anyaccel.precision import align_precision_plugin
+from lightning_anyaccel.device.devices import get_spec, is_host
+from lightning_anyaccel.device.precision import align_precision_plugin
 from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
@@ -279,7 +279,7 @@ def log_device_info(trainer: Any) -> None:
     """
     front_end = _lightning.front_end_of(trainer) or _lightning.LIGHTNING
     rank_zero = front_end.module("lightning.pytorch.utilities.rank_zero")  # the user's logger names
-    from lightning_anyaccel import runtime
+    from lightning_anyaccel.device import runtime
 
     used = trainer.accelerator.device_type
     try:
@@ -317,7 +317,7 @@ def log_unused_devices(trainer: Any) -> None:
     Lightning's report says nothing about it. Never raises.
     """
     try:
-        from lightning_anyaccel.devices import present_device_types
+        from lightning_anyaccel.device.devices import present_device_types
 
         used = getattr(getattr(trainer, "strategy", None), "root_device", None)
         used_type = getattr(used, "type", "cpu")

@@ -30,10 +30,10 @@ registration.register_trainer(PYTORCH_LIGHTNING)
 
 if TYPE_CHECKING:  # the same classes as for `lightning`, as far as a type checker is concerned
     from lightning_anyaccel.accelerator import AnyAccelerator
-    from lightning_anyaccel.checkpoint import AtomicCheckpointIO
-    from lightning_anyaccel.environments import AnyMPIEnvironment
-    from lightning_anyaccel.preemption import PreemptionCheckpoint
-    from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
+    from lightning_anyaccel.checkpoints.checkpoint import AtomicCheckpointIO
+    from lightning_anyaccel.checkpoints.preemption import PreemptionCheckpoint
+    from lightning_anyaccel.cluster.environments import AnyMPIEnvironment
+    from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision
     from lightning_anyaccel.strategies import (
         AnyDDPStrategy,
         AnyDeepSpeedStrategy,

@@ -6,13 +6,13 @@ before or after the package, so ``import pytorch_lightning as pl`` works in any 
 front end that means:
 
 - the accelerator names (``"any"``, ``"xpu"``, ``"hpu"``, ..., every device type present at import
-  and every later :func:`~lightning_anyaccel.devices.register_device`) and strategy names (``"any_single"``,
+  and every later :func:`~lightning_anyaccel.device.devices.register_device`) and strategy names (``"any_single"``,
   ``"any_ddp"``, ..., ``"any_deepspeed_stage_3_offload"``) in its registries, bound to the
   package's classes built for that front end (:func:`lightning_anyaccel._lightning.port`);
 - the connector hooks through which :mod:`lightning_anyaccel.policy` picks the package's
   strategies for the package's accelerator;
 - for the Trainer, the hook through which Lightning's batch-size finder recognises every device's
-  out-of-memory error (:func:`lightning_anyaccel.runtime.is_out_of_memory`).
+  out-of-memory error (:func:`lightning_anyaccel.device.runtime.is_out_of_memory`).
 
 Example:
     >>> import lightning_anyaccel
@@ -31,8 +31,9 @@ from collections.abc import Callable
 from typing import Any
 
 from _lightning_anyaccel_startup import when_imported
-from lightning_anyaccel import _lightning, activation, devices, runtime
+from lightning_anyaccel import _lightning, activation
 from lightning_anyaccel._lightning import LIGHTNING, PYTORCH_LIGHTNING, FrontEnd
+from lightning_anyaccel.device import devices, runtime
 
 _REGISTERED: list[tuple[str, str]] = []
 
@@ -40,10 +41,10 @@ _REGISTERED: list[tuple[str, str]] = []
 def trainer_classes() -> list[type]:
     """The package's Trainer-side classes as written (for ``lightning``), in registration order."""
     from lightning_anyaccel.accelerator import AnyAccelerator
-    from lightning_anyaccel.checkpoint import AtomicCheckpointIO
-    from lightning_anyaccel.environments import AnyMPIEnvironment
-    from lightning_anyaccel.preemption import PreemptionCheckpoint
-    from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
+    from lightning_anyaccel.checkpoints.checkpoint import AtomicCheckpointIO
+    from lightning_anyaccel.checkpoints.preemption import PreemptionCheckpoint
+    from lightning_anyaccel.cluster.environments import AnyMPIEnvironment
+    from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision
     from lightning_anyaccel.strategies import (
         AnyDDPStrategy,
         AnyDeepSpeedStrategy,
@@ -60,6 +61,7 @@ def trainer_classes() -> list[type]:
 
 def fabric_classes() -> list[type]:
     """The package's Fabric-side classes as written (for ``lightning.fabric``), in registration order."""
+    from lightning_anyaccel.device.sharded_precision import AnyFabricFSDPPrecision
     from lightning_anyaccel.fabric.strategies import (
         AnyDDPStrategy,
         AnyDeepSpeedStrategy,
@@ -68,7 +70,6 @@ def fabric_classes() -> list[type]:
         AnyMultiProcessingLauncher,
         AnySingleDeviceStrategy,
     )
-    from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
 
     return [AnySingleDeviceStrategy, AnyDDPStrategy, AnyFSDPStrategy, AnyModelParallelStrategy, AnyDeepSpeedStrategy,
             AnyMultiProcessingLauncher, AnyFabricFSDPPrecision]

@@ -3,7 +3,7 @@
 The validation kit ships in the wheel: no checkout of the repository is needed. It runs the
 device-generic checks on the device PyTorch reports (or ``--device TYPE``), each in a fresh process
 and each wait bounded, shows its progress, and writes one validation record
-(:mod:`lightning_anyaccel.records`, the format the support matrix reads) to ``--record PATH``
+(:mod:`lightning_anyaccel.tools.records`, the format the support matrix reads) to ``--record PATH``
 (default ``<type>-hardware.toml``): a vendor or a user with an Intel GPU, a Gaudi or an Ascend sends
 that one file (docs/validate_hardware.md).
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from lightning_anyaccel import records
+from lightning_anyaccel.tools import records
 
 #: The emulated accelerator of the repository's tests announces itself in this variable: a record of a
 #: run on it is at level "emulated", never "hardware" (tests/emulator, docs/emulator.md).
@@ -51,7 +51,7 @@ class KitCheck:
 
     Attributes:
         name: the check's name (``--checks``, the record's test id ``validate::<name>``).
-        features: the features (:data:`lightning_anyaccel.records.FEATURES`) a pass proves.
+        features: the features (:data:`lightning_anyaccel.tools.records.FEATURES`) a pass proves.
         strategy: the package's strategy the worker trains with.
         precision: the Trainer's precision.
         multi_process: trains with 2 processes where there are 2 devices (else 1, said in the record).
@@ -97,7 +97,7 @@ def skip_reason(check: KitCheck, device_type: str, count: int) -> str | None:
     """Why ``check`` can not run on ``count`` devices of ``device_type`` here, or ``None``."""
     import importlib.util
 
-    from lightning_anyaccel.devices import get_spec
+    from lightning_anyaccel.device.devices import get_spec
 
     spec = get_spec(device_type)
     if check.precision != "32-true" and not spec.supports_precision(check.precision):
@@ -124,7 +124,7 @@ def _model(check: KitCheck) -> Any:
     import torch
     from typing_extensions import override
 
-    from lightning_anyaccel.demo import DemoModel
+    from lightning_anyaccel.tools.demo import DemoModel
 
     if check.name == "transformer":
         return _gpt2_module()
@@ -190,7 +190,7 @@ def _loader(check: KitCheck) -> Any:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from lightning_anyaccel.demo import demo_loader
+    from lightning_anyaccel.tools.demo import demo_loader
 
     if check.name == "transformer":  # one batch of text, seen every step: the loss must fall
         text = torch.tensor(list(b"Lightning trains on every accelerator PyTorch knows, with the same code. " * 2))[:64]
@@ -205,7 +205,7 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
     from typing_extensions import override
 
     from lightning_anyaccel.accelerator import AnyAccelerator
-    from lightning_anyaccel.local_runs import quiet_lightning
+    from lightning_anyaccel.tools.local_runs import quiet_lightning
 
     quiet_lightning(all_warnings=True)
     if check.name == "collective":
@@ -276,7 +276,7 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
         log_dir = trainer.logger.log_dir if trainer.logger else None
         result["metrics"] = (Path(log_dir) / "metrics.csv").read_text() if log_dir else ""
     if check.name == "checkpoint":
-        from lightning_anyaccel.checkpoint import portable_map_location
+        from lightning_anyaccel.checkpoints.checkpoint import portable_map_location
 
         path = out / "last.ckpt"  # saved by SaveAtTrainEnd while the weights were on the device
         stored = torch.load(path, map_location=portable_map_location, weights_only=False)
@@ -291,7 +291,7 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
 
 def judge(check: KitCheck, device_type: str, processes: int | None, ranks: list[dict[str, Any]]) -> str:
     """The one-line detail of a check that passed; ``AssertionError`` naming what is wrong otherwise."""
-    from lightning_anyaccel.devices import is_host
+    from lightning_anyaccel.device.devices import is_host
 
     expected = processes or 1
     if len(ranks) != expected:
@@ -352,7 +352,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def _run_check(check: KitCheck, device_type: str, count: int, env: dict[str, str]) -> records.Outcome:
-    from lightning_anyaccel.local_runs import run_bounded
+    from lightning_anyaccel.tools.local_runs import run_bounded
 
     processes = _processes(check, count)
     reason = skip_reason(check, device_type, count)
@@ -384,9 +384,9 @@ def _level(device_type: str) -> str:
 def run(device_type: str, checks: list[KitCheck], record_path: Path, command: str,
         echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run ``checks`` on ``device_type``, one after the other with progress lines; write and return the record."""
-    from lightning_anyaccel import runtime
-    from lightning_anyaccel.devices import is_host
-    from lightning_anyaccel.local_runs import child_env
+    from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.devices import is_host
+    from lightning_anyaccel.tools.local_runs import child_env
 
     # CPU: processes, not devices, are the limit (one device, as torch counts it, runs 2 processes)
     count = 2 if is_host(device_type) else runtime.device_count(device_type)
@@ -424,8 +424,8 @@ def main(argv: list[str] | None = None) -> int:
         worker(BY_NAME[args.worker], args.device, args.devices, args.out)
         return 0
 
-    from lightning_anyaccel import runtime
-    from lightning_anyaccel.devices import get_spec
+    from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.devices import get_spec
 
     device_type = args.device or runtime.detect_device_type()
     try:

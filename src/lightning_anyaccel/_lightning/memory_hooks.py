@@ -5,7 +5,7 @@ Lightning's batch-size finder (``Tuner.scale_batch_size``, the ``BatchSizeFinder
 when ``lightning.pytorch.utilities.memory.is_oom_error`` says a step ran out of memory, and that asks
 ``is_cuda_out_of_memory``, which wants "CUDA" in the message: an XPU, HPU or NPU out-of-memory error
 stopped the finder instead. The hook makes ``is_cuda_out_of_memory`` also answer yes for what
-``is_out_of_memory`` (``lightning_anyaccel.runtime.is_out_of_memory``) recognises;
+``is_out_of_memory`` (``lightning_anyaccel.device.runtime.is_out_of_memory``) recognises;
 ``is_oom_error`` looks the name up in its module at each call, so every caller sees it.
 
 Part of the contract (:mod:`lightning_anyaccel._lightning`).

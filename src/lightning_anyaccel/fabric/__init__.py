@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from lightning.fabric.utilities.seed import seed_everything as _lightning_seed_everything
 
-from lightning_anyaccel import runtime
 from lightning_anyaccel.accelerator import AnyAccelerator
-from lightning_anyaccel.checkpoint import portable_map_location
+from lightning_anyaccel.checkpoints.checkpoint import portable_map_location
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.sharded_precision import AnyFabricFSDPPrecision
 from lightning_anyaccel.fabric.strategies import (
     AnyDDPStrategy,
     AnyDeepSpeedStrategy,
@@ -33,7 +34,6 @@ from lightning_anyaccel.fabric.strategies import (
     AnySingleDeviceStrategy,
     fully_shard_data_parallel,
 )
-from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
 
 
 def register() -> None:

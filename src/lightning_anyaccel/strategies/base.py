@@ -24,8 +24,8 @@ import torch
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.checkpoint import AtomicCheckpointIO
-from lightning_anyaccel.compilation import check_compiled
+from lightning_anyaccel.checkpoints.checkpoint import AtomicCheckpointIO
+from lightning_anyaccel.device.compilation import check_compiled
 from lightning_anyaccel.front_ends import FrontEndSide, TrainerSide
 from lightning_anyaccel.lightning_hooks import TrainerStrategyHooks
 from lightning_anyaccel.strategies.steps import Setup, run_setup
@@ -98,7 +98,7 @@ class AnyStrategyMixin(_Base):
         """The Trainer's model setup, after refusing compiled parts the device cannot compile (Trainer only).
 
         Runs after ``configure_model``, so a ``torch.compile`` there is checked too
-        (:func:`lightning_anyaccel.compilation.check_compiled`; nothing is probed where Inductor
+        (:func:`lightning_anyaccel.device.compilation.check_compiled`; nothing is probed where Inductor
         compiles for the device).
         """
         module = getattr(self, "lightning_module", None)

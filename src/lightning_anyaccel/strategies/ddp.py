@@ -14,9 +14,9 @@ Registered names (after ``import lightning_anyaccel``): ``any_ddp`` (popen, scri
 (:mod:`lightning_anyaccel.policy`).
 
 For multi-node jobs it also refuses inconsistent layouts before connecting, switches to
-:class:`~lightning_anyaccel.environments.AnyMPIEnvironment` under ``mpiexec``, names gloo's
+:class:`~lightning_anyaccel.cluster.environments.AnyMPIEnvironment` under ``mpiexec``, names gloo's
 network interface, bounds every wait by ``timeout`` (default 10 min, see
-:mod:`lightning_anyaccel.rendezvous`), and writes checkpoints atomically.
+:mod:`lightning_anyaccel.cluster.rendezvous`), and writes checkpoints atomically.
 
 Setup (:data:`SETUP`): the checks that need no device and no peer run in the launching process
 and in every worker; then the layout, gloo's interface, Lightning's setup within the rendezvous

@@ -16,7 +16,7 @@ Lightning's ``DeepSpeedStrategy`` runs only with its ``CUDAAccelerator``; :class
 DeepSpeed is an optional extra: ``pip install lightning-anyaccel[deepspeed]``. On CPU without
 oneCCL it uses gloo; it compiles its ops the first time they are used (cache them with
 ``TORCH_EXTENSIONS_DIR``). A build lock left there by a killed build is waited on for at most
-10 minutes and then reported with its path (:mod:`lightning_anyaccel.build_locks`); torch alone
+10 minutes and then reported with its path (:mod:`lightning_anyaccel.cluster.build_locks`); torch alone
 would wait forever.
 
 Registered names: ``any_deepspeed``, ``any_deepspeed_stage_1``, ``any_deepspeed_stage_2``,
@@ -58,10 +58,11 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_anyaccel import _lightning, build_locks
-from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
-from lightning_anyaccel.devices import DEVICE_TABLE
+from lightning_anyaccel import _lightning
+from lightning_anyaccel.cluster import build_locks
+from lightning_anyaccel.device.devices import DEVICE_TABLE
 from lightning_anyaccel.front_ends import FabricSide
+from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
 from lightning_anyaccel.strategies.base import fabric_class
 from lightning_anyaccel.strategies.errors import DeepSpeedNotInstalledError, ShardingNotSupportedError
 from lightning_anyaccel.strategies.sharded import AnyShardedMixin

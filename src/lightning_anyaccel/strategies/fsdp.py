@@ -10,7 +10,7 @@ What Lightning's ``FSDPStrategy`` does that only works on CUDA, and what :class:
 - a ``device_mesh=(replicas, shards)`` tuple becomes ``init_device_mesh("cuda", ...)``;
   here the mesh is built on the strategy's device type;
 - ``FSDPPrecision`` autocasts on ``"cuda"`` with a CUDA ``ShardedGradScaler``; here
-  :class:`~lightning_anyaccel.sharded_precision.AnyFSDPPrecision` on the device type;
+  :class:`~lightning_anyaccel.device.sharded_precision.AnyFSDPPrecision` on the device type;
 - full-state-dict checkpoints gather with ``offload_to_cpu=True``, which segfaults when FSDP
   runs on CPU; here offloading follows the device table (``fsdp_full_state_offload``);
 - ``cpu_offload=True`` on CPU fails at the first step (torch pins the offloaded shards, which needs
@@ -49,11 +49,11 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
-from lightning_anyaccel.devices import is_host
+from lightning_anyaccel.device.devices import is_host
+from lightning_anyaccel.device.precision import align_precision_plugin
+from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision
 from lightning_anyaccel.front_ends import FabricSide
-from lightning_anyaccel.precision import align_precision_plugin
-from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
+from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
 from lightning_anyaccel.strategies.base import fabric_class
 from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
 from lightning_anyaccel.strategies.sharded import AnyShardedMixin
@@ -73,7 +73,6 @@ from lightning_anyaccel.strategies.steps import (
     prepare_backend,
     supervise_worker,
 )
-
 
 # ----- the family's own steps ---------------------------------------------------------------------
 
@@ -161,7 +160,7 @@ def full_state_dict_context(module: torch.nn.Module, offload: bool, rank0_only: 
     """FSDP's full-state-dict mode for ``module``, offloading gathered tensors to CPU only if ``offload``.
 
     Lightning's own helper (both front ends) always offloads, which crashes torch when FSDP runs
-    on CPU (see :attr:`~lightning_anyaccel.devices.DeviceSpec.fsdp_full_state_offload`).
+    on CPU (see :attr:`~lightning_anyaccel.device.devices.DeviceSpec.fsdp_full_state_offload`).
     """
     from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig, StateDictType
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -328,7 +327,7 @@ class FabricFSDPStrategy(FabricAtomicSaveMixin, AnyFSDPMixin, FabricFSDP):
     ``FSDPStrategy`` (``sharding_strategy``, ``state_dict_type`` ``"sharded"``/``"full"``,
     ``auto_wrap_policy``, ``cpu_offload``, ``device_mesh``, ...), plus ``state_dict_offload`` (see
     :class:`AnyFSDPMixin`). Registered as ``any_fsdp`` and ``any_fsdp_cpu_offload``; mixed precision
-    uses :class:`~lightning_anyaccel.sharded_precision.AnyFabricFSDPPrecision`.
+    uses :class:`~lightning_anyaccel.device.sharded_precision.AnyFabricFSDPPrecision`.
 
     Example:
         >>> from lightning import Fabric

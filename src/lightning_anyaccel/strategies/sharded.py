@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import torch
 
-from lightning_anyaccel.devices import DeviceSpec, get_spec
+from lightning_anyaccel.device.devices import DeviceSpec, get_spec
 from lightning_anyaccel.strategies.multi_process import AnyDistributedMixin
 
 

@@ -31,7 +31,7 @@ from lightning.pytorch.strategies import SingleDeviceStrategy
 from typing_extensions import override
 
 from lightning_anyaccel.accelerator import process_devices
-from lightning_anyaccel.devices import device_of
+from lightning_anyaccel.device.devices import device_of
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.lightning_hooks import SingleDeviceHooks
 from lightning_anyaccel.strategies.base import AnyStrategyMixin, fabric_class

@@ -29,10 +29,12 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
-from lightning_anyaccel import _lightning, distributed, gloo_interface, rendezvous, supervision
+from lightning_anyaccel import _lightning
 from lightning_anyaccel.accelerator import DeviceTypeError
-from lightning_anyaccel.distributed import check_fork_safe
-from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
+from lightning_anyaccel.cluster import gloo_interface, rendezvous, supervision
+from lightning_anyaccel.device import distributed
+from lightning_anyaccel.device.distributed import check_fork_safe
+from lightning_anyaccel.device.precision import align_precision_plugin, check_device_supports
 from lightning_anyaccel.strategies.errors import NotebookLaunchError, ShardingNotSupportedError
 
 #: A setup step: a function of the strategy.
@@ -115,7 +117,7 @@ def check_device_precision(strategy: Any) -> None:
 
 
 def supervise_worker(strategy: Any) -> None:
-    """In a worker: die with the launching process (:func:`~lightning_anyaccel.supervision.supervise_worker`)."""
+    """In a worker: die with the launching process (:func:`~lightning_anyaccel.cluster.supervision.supervise_worker`)."""
     supervision.supervise_worker(strategy.global_rank)
 
 
@@ -146,7 +148,7 @@ def prepare_backend(strategy: Any) -> None:
     """Resolve the collective backend once (a device without one is refused, naming ``any_single``) and ready it.
 
     The strategy keeps the answer (``resolved_backend``) for Lightning's process group;
-    :func:`~lightning_anyaccel.distributed.prepare_backend` is the one place torch's backend registry changes.
+    :func:`~lightning_anyaccel.device.distributed.prepare_backend` is the one place torch's backend registry changes.
     """
     strategy.resolved_backend = distributed.prepare_backend(
         strategy.root_device, _lightning.process_group_backend_given(strategy))
@@ -167,7 +169,7 @@ def check_layout(strategy: Any) -> None:
 
 
 def name_socket_interface(strategy: Any) -> None:
-    """Name gloo's network interface towards the main address (:func:`~lightning_anyaccel.gloo_interface.configure_socket_interface`)."""
+    """Name gloo's network interface towards the main address (:func:`~lightning_anyaccel.cluster.gloo_interface.configure_socket_interface`)."""
     gloo_interface.configure_socket_interface(strategy.cluster_environment.main_address)
 
 

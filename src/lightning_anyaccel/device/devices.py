@@ -12,7 +12,7 @@ documentation's support matrix is generated from the table, so code and docs can
 :func:`register_device` adds or replaces an entry at runtime.
 
 Example:
-    >>> from lightning_anyaccel.devices import get_spec
+    >>> from lightning_anyaccel.device.devices import get_spec
     >>> get_spec("xpu").backend
     'xccl'
     >>> get_spec("cpu").autocast_dtypes
@@ -498,6 +498,6 @@ def get_spec(device_type: str) -> DeviceSpec:
             f"Unknown device type {device_type!r}. Known device types: {known}."
             " PyTorch in this environment does not know it either: install and import the vendor's PyTorch"
             " package for it, pass one of these, or describe a new one with"
-            " `lightning_anyaccel.devices.register_device(DeviceSpec(...))`."
+            " `lightning_anyaccel.device.devices.register_device(DeviceSpec(...))`."
         )
     return spec

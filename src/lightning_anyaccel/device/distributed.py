@@ -24,8 +24,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lightning_anyaccel import _lightning, runtime
-from lightning_anyaccel.devices import NOT_REAL_BACKENDS, derive_backend, get_spec
+from lightning_anyaccel import _lightning
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import NOT_REAL_BACKENDS, derive_backend, get_spec
 from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
