@@ -250,7 +250,7 @@ def test_deepspeed_refuses_a_device_without_its_vendor_package(monkeypatch) -> N
 
     strategy = AnyDeepSpeedStrategy(stage=2, parallel_devices=[torch.device("cpu")] * 2)
     spec = dataclasses.replace(get_spec("cpu"), vendor_module="not_an_installed_vendor.torch")
-    monkeypatch.setattr(sharded.AnyShardedMixin, "_spec", property(lambda self: spec))
+    monkeypatch.setattr(sharded.AnyShardedMixin, "spec", property(lambda self: spec))
     with pytest.raises(ShardingNotSupportedError, match="needs `not_an_installed_vendor.torch`, which is not installed"
                        r".*would run its CPU accelerator on the device's tensors"):
         strategy._validate_device_setup()  # what the launching process runs before it starts any worker

@@ -40,15 +40,10 @@ from lightning_anyaccel.device.precision import PrecisionNotSupportedError  # no
 from lightning_anyaccel.device.runtime import DeviceNotAvailableError, detect_device_type  # noqa: E402
 from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision  # noqa: E402
 from lightning_anyaccel.policy import FrontEndMismatchError, StrategyNotSupportedError  # noqa: E402
-from lightning_anyaccel.strategies import (  # noqa: E402
-    AnyDDPStrategy,
-    AnyDeepSpeedStrategy,
-    AnyFSDPStrategy,
-    AnyModelParallelStrategy,
-    AnySingleDeviceStrategy,
-    DeepSpeedNotInstalledError,
-    ShardingNotSupportedError,
-)
+from lightning_anyaccel.strategies import DeepSpeedNotInstalledError, ShardingNotSupportedError  # noqa: E402
+from lightning_anyaccel.strategies.families import trainer_strategies  # noqa: E402
+
+globals().update(trainer_strategies())  # AnyDDPStrategy, ...: one per row of strategies.families.FAMILIES
 
 
 def register() -> None:
@@ -61,14 +56,10 @@ def register() -> None:
 register()
 
 __all__ = [
+    *trainer_strategies(),
     "DEVICE_TABLE",
     "AnyAccelerator",
-    "AnyDDPStrategy",
-    "AnyDeepSpeedStrategy",
     "AnyFSDPPrecision",
-    "AnyFSDPStrategy",
-    "AnyModelParallelStrategy",
-    "AnySingleDeviceStrategy",
     "BackendError",
     "CompileNotSupportedError",
     "DeepSpeedNotInstalledError",

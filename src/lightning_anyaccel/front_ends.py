@@ -72,7 +72,7 @@ class FrontEndSide(ABC):
         """The extra ``FullyShardedDataParallel`` arguments an FSDP strategy keeps (a dict it owns)."""
 
     @abstractmethod
-    def fsdp_precision_classes(self) -> tuple[type, type]:
+    def fsdp_precision_classes(self) -> tuple[type[Any], type[Any]]:
         """The front end's ``FSDPPrecision`` (autocasts on ``"cuda"``) and the package's replacement for it."""
 
     @abstractmethod
@@ -112,7 +112,7 @@ class TrainerSide(FrontEndSide):
         return options
 
     @override
-    def fsdp_precision_classes(self) -> tuple[type, type]:
+    def fsdp_precision_classes(self) -> tuple[type[Any], type[Any]]:
         from lightning.pytorch.plugins.precision import FSDPPrecision
 
         from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision
@@ -153,7 +153,7 @@ class FabricSide(FrontEndSide):
         return _lightning.fabric_fsdp_kwargs(strategy)
 
     @override
-    def fsdp_precision_classes(self) -> tuple[type, type]:
+    def fsdp_precision_classes(self) -> tuple[type[Any], type[Any]]:
         from lightning.fabric.plugins.precision.fsdp import FSDPPrecision
 
         from lightning_anyaccel.device.sharded_precision import AnyFabricFSDPPrecision

@@ -66,11 +66,6 @@ class StrategyHooks(LightningHooks):
         """Synchronise all processes."""
         ...
 
-    @classmethod
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register the strategy's names in ``strategy_registry``."""
-        ...
-
 
 class TrainerStrategyHooks(StrategyHooks):
     """Hooks of the Trainer's ``Strategy`` only (the shared mixins override them; Fabric never calls them)."""

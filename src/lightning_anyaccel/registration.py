@@ -45,34 +45,20 @@ def trainer_classes() -> list[type]:
     from lightning_anyaccel.checkpoints.preemption import PreemptionCheckpoint
     from lightning_anyaccel.cluster.environments import AnyMPIEnvironment
     from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision
-    from lightning_anyaccel.strategies import (
-        AnyDDPStrategy,
-        AnyDeepSpeedStrategy,
-        AnyFSDPStrategy,
-        AnyModelParallelStrategy,
-        AnySingleDeviceStrategy,
-    )
+    from lightning_anyaccel.strategies.families import FAMILIES
     from lightning_anyaccel.strategies.process_launchers import AnyMultiProcessingLauncher
 
-    return [AnyAccelerator, AnySingleDeviceStrategy, AnyDDPStrategy, AnyFSDPStrategy, AnyModelParallelStrategy,
-            AnyDeepSpeedStrategy, AnyMultiProcessingLauncher, AnyMPIEnvironment, AtomicCheckpointIO, AnyFSDPPrecision,
-            PreemptionCheckpoint]
+    return [AnyAccelerator, *(family.trainer for family in FAMILIES), AnyMultiProcessingLauncher, AnyMPIEnvironment,
+            AtomicCheckpointIO, AnyFSDPPrecision, PreemptionCheckpoint]
 
 
 def fabric_classes() -> list[type]:
     """The package's Fabric-side classes as written (for ``lightning.fabric``), in registration order."""
     from lightning_anyaccel.device.sharded_precision import AnyFabricFSDPPrecision
-    from lightning_anyaccel.fabric.strategies import (
-        AnyDDPStrategy,
-        AnyDeepSpeedStrategy,
-        AnyFSDPStrategy,
-        AnyModelParallelStrategy,
-        AnyMultiProcessingLauncher,
-        AnySingleDeviceStrategy,
-    )
+    from lightning_anyaccel.strategies.families import FAMILIES
+    from lightning_anyaccel.strategies.process_launchers import FabricMultiProcessingLauncher
 
-    return [AnySingleDeviceStrategy, AnyDDPStrategy, AnyFSDPStrategy, AnyModelParallelStrategy, AnyDeepSpeedStrategy,
-            AnyMultiProcessingLauncher, AnyFabricFSDPPrecision]
+    return [*(family.fabric for family in FAMILIES), FabricMultiProcessingLauncher, AnyFabricFSDPPrecision]
 
 
 #: Per side: (module and name of the accelerator registry, of the strategy registry, the connector, the classes).
@@ -100,6 +86,7 @@ def _register(front_end: FrontEnd, side: str) -> None:
     _REGISTERED.append((front_end.package, side))
     from lightning_anyaccel.accelerator import AnyAccelerator
     from lightning_anyaccel.policy import POLICY
+    from lightning_anyaccel.strategies.families import FAMILIES
 
     accelerator_module, accelerator_registry, strategy_module, strategy_registry, connector, classes = _SIDES[side]
     accelerators = getattr(front_end.module(accelerator_module), accelerator_registry)
@@ -108,9 +95,9 @@ def _register(front_end: FrontEnd, side: str) -> None:
     ported_accelerator.register_accelerators(accelerators)
     devices.on_register(lambda spec: ported_accelerator.register_device_type(accelerators, spec.type))
     for cls in classes():
-        ported = _lightning.port(cls, front_end)
-        if hasattr(ported, "register_strategies"):
-            ported.register_strategies(strategies)
+        _lightning.port(cls, front_end)
+    for family in FAMILIES:
+        family.register(_lightning.port(family.trainer if side == "trainer" else family.fabric, front_end), strategies)
     _lightning.install_connector_hooks(front_end, connector, POLICY)
     if activation.is_active():
         activation.record_strategy_arguments(front_end, side)

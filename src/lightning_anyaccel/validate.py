@@ -241,11 +241,11 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
     steps = 4 if check.name == "checkpoint" else 6
     strategy: Any = check.strategy
     if check.name == "fsdp":
-        from lightning_anyaccel import AnyFSDPStrategy
+        from lightning_anyaccel.strategies.fsdp import AnyFSDPStrategy
 
         strategy = AnyFSDPStrategy(auto_wrap_policy={torch.nn.Linear})
     elif check.name == "deepspeed":
-        from lightning_anyaccel import AnyDeepSpeedStrategy
+        from lightning_anyaccel.strategies.deepspeed import AnyDeepSpeedStrategy
 
         strategy = AnyDeepSpeedStrategy(stage=2, reduce_bucket_size=2_000_000, allgather_bucket_size=2_000_000)
 

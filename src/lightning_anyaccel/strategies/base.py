@@ -4,7 +4,7 @@ The mixin goes first in a strategy's bases, before the Lightning strategy class 
 (either front end). It runs the strategy family's setup (``SETUP``, an ordered tuple of
 :mod:`~lightning_anyaccel.strategies.steps`) in ``setup_environment``, and gives the strategy
 the front-end adapter (:attr:`AnyStrategyMixin.side`), the device type, the atomic checkpoint
-IO and its registration.
+IO. The names it registers are its family's row in :mod:`~lightning_anyaccel.strategies.families`.
 
 Example:
     >>> from lightning_anyaccel.strategies import AnyDDPStrategy as TrainerDDP
@@ -18,7 +18,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
 import torch
 from typing_extensions import override
@@ -39,6 +39,13 @@ T = TypeVar("T", bound=type)
 
 #: Where Fabric's strategy classes are published (and found again by pickle): their public module.
 FABRIC_PUBLIC_MODULE = "lightning_anyaccel.fabric.strategies"
+
+
+class Registered(NamedTuple):
+    """A name a strategy family registers with each front end: its description and the arguments it stands for."""
+
+    description: str
+    arguments: dict[str, Any]
 
 
 def fabric_class(name: str) -> Callable[[T], T]:
@@ -126,13 +133,5 @@ class AnyStrategyMixin(_Base):
     def checkpoint_io(self, io: Any) -> None:
         _lightning.set_checkpoint_io(self, io)
 
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register :attr:`strategy_name` (Trainer's or Fabric's registry: both have the same API)."""
-        strategy_registry.register(
-            cls.strategy_name, cls, description="One device of the accelerator's type", override=True
-        )
 
-
-__all__ = ["FABRIC_PUBLIC_MODULE", "AnyStrategyMixin", "fabric_class"]
+__all__ = ["FABRIC_PUBLIC_MODULE", "AnyStrategyMixin", "Registered", "fabric_class"]

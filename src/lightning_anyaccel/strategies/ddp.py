@@ -40,40 +40,40 @@ from typing_extensions import override
 
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.front_ends import FabricSide
-from lightning_anyaccel.strategies.base import fabric_class
+from lightning_anyaccel.strategies.base import Registered, fabric_class
 from lightning_anyaccel.strategies.multi_process import START_METHODS, AnyDistributedMixin
 from lightning_anyaccel.strategies.parameter_moves import FabricParameterMovesMixin, TrainerParameterMovesMixin
 from lightning_anyaccel.strategies.steps import (
+    AFTER_JOIN,
+    BEFORE_JOIN,
     Setup,
-    align_precision,
-    before_launch,
-    check_accelerator,
-    check_device_precision,
-    check_fork_safety,
-    check_layout,
-    check_start_method,
-    destroy_process_group_at_exit,
     in_worker,
+    launch_checks,
     lightning_setup_within_deadline,
-    name_socket_interface,
-    prepare_backend,
-    supervise_worker,
 )
 
 #: What a DDP strategy does at setup, in order (launching process: the ``before_launch`` steps).
 SETUP: Setup = (
-    before_launch(supervise_worker),  # a worker dies with its launching process
-    before_launch(check_accelerator),
-    before_launch(align_precision),
-    before_launch(check_start_method),
-    before_launch(check_fork_safety),
-    before_launch(prepare_backend),
-    in_worker(check_layout),
-    in_worker(name_socket_interface),
+    *launch_checks(),
+    *BEFORE_JOIN,
     in_worker(lightning_setup_within_deadline),
-    in_worker(check_device_precision),
-    in_worker(destroy_process_group_at_exit),
+    *AFTER_JOIN,
 )
+
+
+#: The names the family registers with each front end: each of :data:`START_METHODS` with its start
+#: method, also with ``_find_unused_parameters_true``.
+NAMES: dict[str, Registered] = {
+    registered: Registered(
+        f"DDP on the accelerator's device type, start method {start_method!r}{suffix}",
+        {"start_method": start_method, **arguments},
+    )
+    for name, start_method in START_METHODS.items()
+    for registered, suffix, arguments in (
+        (name, "", {}),
+        (f"{name}_find_unused_parameters_true", ", find_unused_parameters=True", {"find_unused_parameters": True}),
+    )
+}
 
 
 class AnyDDPMixin(AnyDistributedMixin):
@@ -81,18 +81,6 @@ class AnyDDPMixin(AnyDistributedMixin):
 
     strategy_name: ClassVar[str] = "any_ddp"
     setup_steps: ClassVar[Setup] = SETUP
-
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register every name of :data:`START_METHODS` with its start method, also ``..._find_unused_parameters_true``."""
-        for name, start_method in START_METHODS.items():
-            description = f"DDP on the accelerator's device type, start method {start_method!r}"
-            strategy_registry.register(name, cls, description=description, start_method=start_method, override=True)
-            strategy_registry.register(
-                f"{name}_find_unused_parameters_true", cls, description=description + ", find_unused_parameters=True",
-                start_method=start_method, find_unused_parameters=True, override=True,
-            )
 
 
 class AnyDDPStrategy(TrainerParameterMovesMixin, AnyDDPMixin, DDPStrategy):
@@ -132,4 +120,4 @@ class FabricDDPStrategy(FabricParameterMovesMixin, AnyDDPMixin, FabricDDP):
         return self._wrap_ddp(module, device_ids)
 
 
-__all__ = ["SETUP", "AnyDDPMixin", "AnyDDPStrategy", "FabricDDPStrategy"]
+__all__ = ["NAMES", "SETUP", "AnyDDPMixin", "AnyDDPStrategy", "FabricDDPStrategy"]

@@ -24,10 +24,6 @@ Registered names: ``any_deepspeed``, ``any_deepspeed_stage_1``, ``any_deepspeed_
 (the same for Fabric). The Trainer's class is :class:`AnyDeepSpeedStrategy`, Fabric's
 ``lightning_anyaccel.fabric.AnyDeepSpeedStrategy`` (:class:`FabricDeepSpeedStrategy` here).
 
-The module is longer than most because it holds the whole family in one place: its own setup
-steps, :data:`SETUP`, the mixin both front ends share, the Trainer's class (with DeepSpeed's
-inference engine) and Fabric's.
-
 Example:
     >>> DEEPSPEED_NAMES["any_deepspeed_stage_3_offload"]
     {'stage': 3, 'offload_optimizer': True, 'offload_parameters': True}
@@ -45,7 +41,7 @@ import importlib.util
 import inspect
 import os
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from lightning.fabric.strategies import DeepSpeedStrategy as FabricDeepSpeed
@@ -63,25 +59,19 @@ from lightning_anyaccel.cluster import build_locks
 from lightning_anyaccel.device.devices import DEVICE_TABLE
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
-from lightning_anyaccel.strategies.base import fabric_class
+from lightning_anyaccel.strategies.base import Registered, fabric_class
 from lightning_anyaccel.strategies.errors import DeepSpeedNotInstalledError, ShardingNotSupportedError
 from lightning_anyaccel.strategies.sharded import AnyShardedMixin
 from lightning_anyaccel.strategies.steps import (
+    AFTER_JOIN,
+    BEFORE_JOIN,
     Setup,
-    align_precision,
+    ShardedTarget,
     before_launch,
-    check_accelerator,
     check_collectives,
-    check_device_precision,
-    check_fork_safety,
-    check_layout,
-    check_start_method,
-    destroy_process_group_at_exit,
     in_worker,
-    name_socket_interface,
-    prepare_backend,
-    rendezvous_deadline,
-    supervise_worker,
+    launch_checks,
+    lightning_setup_within_deadline,
 )
 
 #: Registered DeepSpeed name -> arguments (the same names for the Trainer and for Fabric).
@@ -92,6 +82,11 @@ DEEPSPEED_NAMES: dict[str, dict[str, Any]] = {
     "any_deepspeed_stage_2_offload": {"stage": 2, "offload_optimizer": True},
     "any_deepspeed_stage_3": {"stage": 3},
     "any_deepspeed_stage_3_offload": {"stage": 3, "offload_optimizer": True, "offload_parameters": True},
+}
+#: The names the family registers with each front end (those of :data:`DEEPSPEED_NAMES`).
+NAMES: dict[str, Registered] = {
+    name: Registered(f"DeepSpeed on the accelerator's device type {arguments}", arguments)
+    for name, arguments in DEEPSPEED_NAMES.items()
 }
 
 #: The ``DS_ACCELERATOR`` values the package set in this process (a user's own value is never in it).
@@ -126,7 +121,22 @@ def inference_config_keys() -> frozenset[str]:
 # ----- the family's own steps ---------------------------------------------------------------------
 
 
-def select_deepspeed_accelerator(strategy: Any) -> None:
+class DeepSpeedTarget(ShardedTarget, Protocol):
+    """What the DeepSpeed family's steps may use of the strategy (:class:`AnyDeepSpeedMixin`)."""
+
+    @property
+    def deepspeed_accelerator(self) -> str:
+        """The device type's name in DeepSpeed's accelerator layer."""
+        ...
+
+
+class DeepSpeedTrainerTarget(DeepSpeedTarget, Protocol):
+    """What the Trainer's inference check may use of the strategy (:class:`AnyDeepSpeedStrategy`)."""
+
+    inference_kwargs: dict[str, Any]
+
+
+def select_deepspeed_accelerator(strategy: DeepSpeedTarget) -> None:
     """Make DeepSpeed use the strategy's device type (``DS_ACCELERATOR``), or refuse a conflicting choice.
 
     First of the family's steps: "DeepSpeed does not run here" beats a backend message. A value
@@ -146,7 +156,7 @@ def select_deepspeed_accelerator(strategy: Any) -> None:
     _DS_ACCELERATOR_SET.add(name)
 
 
-def check_vendor_package(strategy: Any) -> None:
+def check_vendor_package(strategy: DeepSpeedTarget) -> None:
     """Refuse, before any process starts, a device whose vendor package (which DeepSpeed's accelerator imports) is missing.
 
     DeepSpeed's accelerator for a vendor device imports the vendor's package (``torch_npu``,
@@ -157,7 +167,7 @@ def check_vendor_package(strategy: Any) -> None:
     distributed start-up then compiles its shared-memory op for minutes while the other ranks wait
     without a word, and it treats the device's tensors as CPU tensors (docs/limitations.md).
     """
-    module = strategy._spec.vendor_module
+    module = strategy.spec.vendor_module
     if module is not None and importlib.util.find_spec(module.split(".")[0]) is None:
         raise ShardingNotSupportedError(
             f"DeepSpeed's {strategy.deepspeed_accelerator!r} accelerator needs `{module}`, which is not installed here"
@@ -167,15 +177,7 @@ def check_vendor_package(strategy: Any) -> None:
         )
 
 
-def lightning_setup_past_deepspeed_check(strategy: Any) -> None:
-    """Lightning's ``setup_environment`` without ``DeepSpeedStrategy``'s own (it refuses every accelerator but
-    CUDA), within the rendezvous deadline; the process group starts in the front end's hook
-    (:meth:`AnyDeepSpeedMixin._setup_deepspeed_distributed`)."""
-    with rendezvous_deadline(strategy):
-        super(strategy.side.deepspeed_strategy_class(), strategy).setup_environment()
-
-
-def check_active_deepspeed_accelerator(strategy: Any) -> None:
+def check_active_deepspeed_accelerator(strategy: DeepSpeedTarget) -> None:
     """After setup: refuse a DeepSpeed that already picked another accelerator in this process."""
     from deepspeed.accelerator import get_accelerator
 
@@ -187,7 +189,7 @@ def check_active_deepspeed_accelerator(strategy: Any) -> None:
         )
 
 
-def check_inference_support(strategy: Any) -> None:
+def check_inference_support(strategy: DeepSpeedTrainerTarget) -> None:
     """Trainer: refuse kernel injection where DeepSpeed has no inference kernels for the device (cuda, hpu have them).
 
     Raises:
@@ -210,21 +212,15 @@ def check_inference_support(strategy: Any) -> None:
 
 
 #: What a DeepSpeed strategy does at setup, in order (launching process: the ``before_launch`` steps).
+#: Lightning's setup runs past ``DeepSpeedStrategy``'s own (:meth:`AnyDeepSpeedMixin.lightning_setup_environment`).
 SETUP: Setup = (
     before_launch(select_deepspeed_accelerator),
     before_launch(check_vendor_package),
     before_launch(check_collectives),
-    before_launch(supervise_worker),
-    before_launch(check_accelerator),
-    before_launch(align_precision),
-    before_launch(check_start_method),
-    before_launch(check_fork_safety),
-    before_launch(prepare_backend),
-    in_worker(check_layout),
-    in_worker(name_socket_interface),
-    in_worker(lightning_setup_past_deepspeed_check),
-    in_worker(check_device_precision),
-    in_worker(destroy_process_group_at_exit),
+    *launch_checks(),
+    *BEFORE_JOIN,
+    in_worker(lightning_setup_within_deadline),
+    *AFTER_JOIN,
     in_worker(check_active_deepspeed_accelerator),
 )
 
@@ -257,7 +253,7 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
 
     strategy_name: ClassVar[str] = "any_deepspeed"
     setup_steps: ClassVar[Setup] = SETUP
-    _sharding_name = "DeepSpeed"
+    sharding_name = "DeepSpeed"
     config: Any
     local_rank: int
 
@@ -277,24 +273,34 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         Raises:
             ShardingNotSupportedError: DeepSpeed does not run on the device type.
         """
-        name = self._spec.deepspeed_accelerator
+        name = self.spec.deepspeed_accelerator
         if name is None:
             raise ShardingNotSupportedError(
-                f"DeepSpeed is not enabled for {self._spec.name} ({self.device_type!r}) in the device table; it runs on"
+                f"DeepSpeed is not enabled for {self.spec.name} ({self.device_type!r}) in the device table; it runs on"
                 f" {', '.join(deepspeed_device_types())}. Use strategy='any_fsdp' or 'any_fsdp2' to shard on"
                 f" {self.device_type!r}."
             )
         return name
 
+    @override
+    def lightning_setup_environment(self) -> None:
+        """Lightning's ``setup_environment`` past ``DeepSpeedStrategy``'s own, which refuses every accelerator but CUDA.
+
+        The process group starts in the front end's hook (:meth:`_setup_deepspeed_distributed`).
+        """
+        lightning_deepspeed: Any = self.side.deepspeed_strategy_class()
+        super(lightning_deepspeed, self).setup_environment()
+
     def _setup_deepspeed_distributed(self) -> None:
         """Check device indices only where devices have them, then start DeepSpeed's process group.
 
         Both front ends call this from their process-group hook (Trainer: ``setup_distributed``;
-        Fabric: ``_setup_distributed``), inside the step :func:`lightning_setup_past_deepspeed_check`.
+        Fabric: ``_setup_distributed``), inside the step
+        :func:`~lightning_anyaccel.strategies.steps.lightning_setup_within_deadline`.
         """
         parallel_devices = self.parallel_devices
         assert parallel_devices is not None
-        if self._process_group_device() is not None and self._spec.process_device_env is None:  # Gaudi: all hpu:0
+        if self._process_group_device() is not None and self.spec.process_device_env is None:  # Gaudi: all hpu:0
             _lightning.validate_device_index_selection(parallel_devices)
         reset_seed()
         self.side.set_world_ranks(self)
@@ -331,16 +337,6 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
             lr_scheduler=lr_scheduler,
             dist_init_required=False,
         )
-
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register every name of :data:`DEEPSPEED_NAMES` with its arguments."""
-        for name, arguments in DEEPSPEED_NAMES.items():
-            strategy_registry.register(
-                name, cls, description=f"DeepSpeed on the accelerator's device type {arguments}", override=True,
-                **arguments,
-            )
 
 
 class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy):
@@ -491,5 +487,5 @@ class FabricDeepSpeedStrategy(FabricAtomicSaveMixin, AnyDeepSpeedMixin, FabricDe
         return engine, deepspeed_optimizer, deepspeed_scheduler
 
 
-__all__ = ["DEEPSPEED_NAMES", "SETUP", "TRAINER_SETUP", "AnyDeepSpeedMixin", "AnyDeepSpeedStrategy",
+__all__ = ["DEEPSPEED_NAMES", "NAMES", "SETUP", "TRAINER_SETUP", "AnyDeepSpeedMixin", "AnyDeepSpeedStrategy",
            "FabricDeepSpeedStrategy", "deepspeed_device_types", "inference_config_keys"]

@@ -32,19 +32,20 @@ class AnyShardedMixin(AnyDistributedMixin):
     """
 
     #: How the strategy is called in messages.
-    _sharding_name: str = "Sharded training"
+    sharding_name: str = "Sharded training"
     #: How the processes start (Lightning's DDP attribute and type; the sharded strategies start them with ``popen``).
     _start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen"
 
     @property
-    def _spec(self) -> DeviceSpec:
+    def spec(self) -> DeviceSpec:
+        """The device type's entry of the device table."""
         return get_spec(self.device_type)
 
     def _process_group_device(self) -> torch.device | None:
         """The device to bind the process group to: the root device when it has an index (not on CPU)."""
         return self.root_device if self.root_device.index is not None else None
 
-    def _init_device_mesh(self, shape: tuple[int, ...], names: tuple[str, ...] | None = None) -> Any:
+    def init_device_mesh(self, shape: tuple[int, ...], names: tuple[str, ...] | None = None) -> Any:
         """A ``DeviceMesh`` of ``shape`` on the strategy's device type."""
         from torch.distributed.device_mesh import init_device_mesh
 
