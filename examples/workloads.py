@@ -335,7 +335,7 @@ def gpt2_deepspeed(device: str, out: Path) -> dict[str, Any]:
     import importlib.util
 
     from lightning_anyaccel import get_spec
-    from lightning_anyaccel.strategies.deepspeed import deepspeed_device_types
+    from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_device_types
 
     vendor = get_spec(device).vendor_module
     if importlib.util.find_spec("deepspeed") is None:

@@ -210,7 +210,7 @@ def test_deepspeed_inference_arguments_are_taken_or_named() -> None:
 
 @needs_deepspeed
 def test_deepspeed_kernel_injection_is_refused_where_deepspeed_has_no_kernels() -> None:
-    from lightning_anyaccel.strategies.deepspeed import check_inference_support
+    from lightning_anyaccel.strategies.deepspeed_checks import check_inference_support
 
     trainer = Trainer(accelerator="any", strategy=AnyDeepSpeedStrategy(replace_with_kernel_inject=True), devices=2,
                       **QUIET)

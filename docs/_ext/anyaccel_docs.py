@@ -259,7 +259,8 @@ class SupportMatrix(_TableDirective):
     """Every device type of the device table: names, backend, precisions, behaviour, status."""
 
     def tables(self) -> list[nodes.table]:
-        from lightning_anyaccel.device.devices import DEVICE_TABLE, PRECISION_DTYPES
+        from lightning_anyaccel.device.devices import DEVICE_TABLE
+        from lightning_anyaccel.device.spec import PRECISION_DTYPES
 
         validation = load_validation(Path(self.env.srcdir)).get("devices", {})
         rows = []

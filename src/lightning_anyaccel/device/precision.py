@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from lightning_anyaccel.device.devices import PRECISION_DTYPES, get_spec, is_host
+from lightning_anyaccel.device.devices import get_spec, is_host
+from lightning_anyaccel.device.spec import PRECISION_DTYPES
 from lightning_anyaccel.troubleshooting import LinkedError
 
 

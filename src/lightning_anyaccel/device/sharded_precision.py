@@ -26,9 +26,9 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_anyaccel.device.devices import PRECISION_DTYPES
 from lightning_anyaccel.device.precision import check_precision
 from lightning_anyaccel.device.runtime import detect_device_type
+from lightning_anyaccel.device.spec import PRECISION_DTYPES
 from lightning_anyaccel.lightning_hooks import FSDPPrecisionHooks
 
 if TYPE_CHECKING:
