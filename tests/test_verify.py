@@ -107,7 +107,7 @@ def test_failed_check_fails_the_report(monkeypatch):
                                     "strategies.deepspeed", "device.sync_batchnorm", "device.compilation",
                                     "cluster.build_locks", "strategies.steps", "strategies.base",
                                     "strategies.multi_process", "strategies.sharded", "strategies.ddp",
-                                    "fabric.strategies", "front_ends", "tools.local_runs", "lightning_hooks",
+                                    "fabric.strategies", "front_ends", "tools.local_runs", "lightning_stubs",
                                     "checkpoints.atomic_commit", "cluster.gloo_interface", "cluster.rendezvous",
                                     "_lightning", "_lightning.porting", "_lightning.names", "_lightning.accessors",
                                     "auto", "activation", "device.spec", "strategies.families",

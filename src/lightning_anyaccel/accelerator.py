@@ -283,7 +283,7 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         return _CLASSES[key]
 
 
-def accelerator_class(device_type: str, front_end: _lightning.FrontEnd = _lightning.LIGHTNING) -> type[AnyAccelerator]:
+def accelerator_class(device_type: str, front_end: _lightning.Distribution = _lightning.LIGHTNING) -> type[AnyAccelerator]:
     """The ``AnyAccelerator`` class bound to ``device_type``, for ``front_end`` (default: ``lightning``).
 
     >>> accelerator_class("xpu").__qualname__

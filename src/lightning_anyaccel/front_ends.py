@@ -2,9 +2,9 @@
 
 Lightning has two front ends (the Trainer, ``lightning.pytorch``; Fabric, ``lightning.fabric``)
 published in two packages (``lightning``; ``pytorch_lightning`` + ``lightning_fabric``, see
-:class:`lightning_anyaccel._lightning.FrontEnd`). The package's strategies are written once per
+:class:`lightning_anyaccel._lightning.Distribution`). The package's strategies are written once per
 strategy family (:mod:`lightning_anyaccel.strategies`); where the two front ends name or do
-something differently, the strategies ask their :class:`FrontEndSide`, never a string naming a
+something differently, the strategies ask their :class:`FrontEnd`, never a string naming a
 Lightning attribute:
 
 - where the precision plugin lives (Trainer: ``precision_plugin``; Fabric: ``precision``);
@@ -14,7 +14,7 @@ Lightning attribute:
 - the front end's ``DeepSpeedStrategy`` (whose own ``setup_environment`` is skipped).
 
 A strategy class names its side with ``_side`` (:class:`TrainerSide` or :class:`FabricSide`);
-:attr:`FrontEndSide.package` is the Lightning package it was built on (``lightning`` unless
+:attr:`FrontEnd.package` is the Lightning package it was built on (``lightning`` unless
 :func:`~lightning_anyaccel._lightning.port` rebuilt it for ``pytorch_lightning``).
 
 Example:
@@ -34,20 +34,20 @@ from typing import Any, ClassVar, TypeVar
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel._lightning import LIGHTNING, FrontEnd, port
+from lightning_anyaccel._lightning import LIGHTNING, Distribution, port
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class FrontEndSide(ABC):
+class FrontEnd(ABC):
     """How one front end (Trainer or Fabric) of one Lightning package names what the strategies use.
 
     Args:
         package: the Lightning package the strategy class is built on.
     """
 
-    package: FrontEnd = LIGHTNING
+    package: Distribution = LIGHTNING
     #: ``"trainer"`` or ``"fabric"`` (for messages and the docs).
     name: ClassVar[str]
 
@@ -85,7 +85,7 @@ class FrontEndSide(ABC):
 
 
 @dataclass(frozen=True)
-class TrainerSide(FrontEndSide):
+class TrainerSide(FrontEnd):
     """The Trainer (``lightning.pytorch`` or ``pytorch_lightning``)."""
 
     name: ClassVar[str] = "trainer"
@@ -127,7 +127,7 @@ class TrainerSide(FrontEndSide):
 
 
 @dataclass(frozen=True)
-class FabricSide(FrontEndSide):
+class FabricSide(FrontEnd):
     """Fabric (``lightning.fabric`` or ``lightning_fabric``)."""
 
     name: ClassVar[str] = "fabric"
@@ -167,4 +167,4 @@ class FabricSide(FrontEndSide):
         return self.port(DeepSpeedStrategy)
 
 
-__all__ = ["FabricSide", "FrontEndSide", "TrainerSide"]
+__all__ = ["FabricSide", "FrontEnd", "TrainerSide"]

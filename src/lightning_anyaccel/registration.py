@@ -32,7 +32,7 @@ from typing import Any
 
 from _lightning_anyaccel_startup import when_imported
 from lightning_anyaccel import _lightning, activation
-from lightning_anyaccel._lightning import LIGHTNING, PYTORCH_LIGHTNING, FrontEnd
+from lightning_anyaccel._lightning import LIGHTNING, PYTORCH_LIGHTNING, Distribution
 from lightning_anyaccel.device import devices, runtime
 
 _REGISTERED: list[tuple[str, str]] = []
@@ -70,40 +70,40 @@ _SIDES: dict[str, tuple[str, str, str, str, str, Callable[[], list[type]]]] = {
 }
 
 
-def register_trainer(front_end: FrontEnd) -> None:
-    """Register the accelerator and strategy names and the policy with ``front_end``'s Trainer (once)."""
-    _register(front_end, "trainer")
+def register_trainer(distribution: Distribution) -> None:
+    """Register the accelerator and strategy names and the policy with ``distribution``'s Trainer (once)."""
+    _register(distribution, "trainer")
 
 
-def register_fabric(front_end: FrontEnd) -> None:
-    """Register the accelerator and strategy names and the policy with ``front_end``'s Fabric (once)."""
-    _register(front_end, "fabric")
+def register_fabric(distribution: Distribution) -> None:
+    """Register the accelerator and strategy names and the policy with ``distribution``'s Fabric (once)."""
+    _register(distribution, "fabric")
 
 
-def _register(front_end: FrontEnd, side: str) -> None:
-    if (front_end.package, side) in _REGISTERED:
+def _register(distribution: Distribution, side: str) -> None:
+    if (distribution.package, side) in _REGISTERED:
         return
-    _REGISTERED.append((front_end.package, side))
+    _REGISTERED.append((distribution.package, side))
     from lightning_anyaccel.accelerator import AnyAccelerator
     from lightning_anyaccel.policy import POLICY
     from lightning_anyaccel.strategies.families import FAMILIES
 
     accelerator_module, accelerator_registry, strategy_module, strategy_registry, connector, classes = _SIDES[side]
-    accelerators = getattr(front_end.module(accelerator_module), accelerator_registry)
-    strategies = getattr(front_end.module(strategy_module), strategy_registry)
-    ported_accelerator = _lightning.port(AnyAccelerator, front_end)
+    accelerators = getattr(distribution.module(accelerator_module), accelerator_registry)
+    strategies = getattr(distribution.module(strategy_module), strategy_registry)
+    ported_accelerator = _lightning.port(AnyAccelerator, distribution)
     ported_accelerator.register_accelerators(accelerators)
     devices.on_register(lambda spec: ported_accelerator.register_device_type(accelerators, spec.type))
     for cls in classes():
-        _lightning.port(cls, front_end)
+        _lightning.port(cls, distribution)
     for family in FAMILIES:
-        family.register(_lightning.port(family.trainer if side == "trainer" else family.fabric, front_end), strategies)
-    _lightning.install_connector_hooks(front_end, connector, POLICY)
+        family.register(_lightning.port(family.trainer if side == "trainer" else family.fabric, distribution), strategies)
+    _lightning.install_connector_hooks(distribution, connector, POLICY)
     if activation.is_active():
-        activation.record_strategy_arguments(front_end, side)
+        activation.record_strategy_arguments(distribution, side)
     if side == "trainer":
-        _lightning.install_device_info_hook(front_end, POLICY)
-        _lightning.install_out_of_memory_hook(front_end, runtime.is_out_of_memory)
+        _lightning.install_device_info_hook(distribution, POLICY)
+        _lightning.install_out_of_memory_hook(distribution, runtime.is_out_of_memory)
 
 
 def registered_front_ends() -> list[tuple[str, str]]:

@@ -202,7 +202,7 @@ def check_fit(device_type: str, front_end: str = "lightning") -> str:
     from lightning_anyaccel.accelerator import AnyAccelerator
     from lightning_anyaccel.tools.demo import DemoModel, demo_loader
 
-    package = {f.package: f for f in _lightning.FRONT_ENDS}[front_end]
+    package = {f.package: f for f in _lightning.DISTRIBUTIONS}[front_end]
     Trainer = package.module("lightning.pytorch").Trainer
     model = _lightning.port(DemoModel, package)()
     logging.getLogger(package.trainer).setLevel(logging.WARNING)

@@ -7,5 +7,5 @@ device (:mod:`.runtime`), the collective backend and fork safety (:mod:`.distrib
 precision (:mod:`.precision`, FSDP's in :mod:`.sharded_precision`), ``torch.compile``
 (:mod:`.compilation`) and synchronized BatchNorm (:mod:`.sync_batchnorm`). Nothing above this
 package branches on a device name. It may import the foundation only: ``_compat``,
-``troubleshooting``, ``lightning_hooks`` and the contract package ``_lightning``.
+``troubleshooting``, ``lightning_stubs`` and the contract package ``_lightning``.
 """

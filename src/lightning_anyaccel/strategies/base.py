@@ -26,8 +26,8 @@ from typing_extensions import override
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.checkpoints.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.device.compilation import check_compiled
-from lightning_anyaccel.front_ends import FrontEndSide, TrainerSide
-from lightning_anyaccel.lightning_hooks import TrainerStrategyHooks
+from lightning_anyaccel.front_ends import FrontEnd, TrainerSide
+from lightning_anyaccel.lightning_stubs import TrainerStrategyHooks
 from lightning_anyaccel.strategies.steps import Setup, run_setup
 
 if TYPE_CHECKING:
@@ -76,16 +76,16 @@ class AnyStrategyMixin(_Base):
     #: The name the strategy registers under.
     strategy_name: ClassVar[str] = ""
     #: The Lightning package the class is built on (:func:`lightning_anyaccel._lightning.port` sets it).
-    _front_end: ClassVar[_lightning.FrontEnd] = _lightning.LIGHTNING
+    _distribution: ClassVar[_lightning.Distribution] = _lightning.LIGHTNING
     #: The front end the class serves (Trainer or Fabric): how it names what differs between them.
-    _side: ClassVar[type[FrontEndSide]] = TrainerSide
+    _side: ClassVar[type[FrontEnd]] = TrainerSide
     #: The strategy's setup, in order (the family module's ``SETUP``).
     setup_steps: ClassVar[Setup] = ()
 
     @property
-    def side(self) -> FrontEndSide:
+    def side(self) -> FrontEnd:
         """The front-end adapter of this strategy (Trainer or Fabric, on its Lightning package)."""
-        return self._side(self._front_end)
+        return self._side(self._distribution)
 
     @override
     def setup_environment(self) -> None:

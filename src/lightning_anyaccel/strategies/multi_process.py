@@ -30,7 +30,7 @@ from lightning_anyaccel.cluster import rendezvous, supervision
 from lightning_anyaccel.cluster.environments import AnyMPIEnvironment
 from lightning_anyaccel.device.distributed import reduce_mean_as_sum, resolve_backend
 from lightning_anyaccel.device.sync_batchnorm import DeviceLayerSync
-from lightning_anyaccel.lightning_hooks import DistributedHooks
+from lightning_anyaccel.lightning_stubs import DistributedHooks
 from lightning_anyaccel.strategies.base import AnyStrategyMixin
 from lightning_anyaccel.strategies.process_launchers import launcher_class
 

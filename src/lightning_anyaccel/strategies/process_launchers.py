@@ -15,8 +15,8 @@ from lightning_anyaccel import _lightning
 from lightning_anyaccel.cluster import supervision
 from lightning_anyaccel.device.devices import is_host
 from lightning_anyaccel.device.distributed import check_fork_safe
-from lightning_anyaccel.front_ends import FabricSide, FrontEndSide
-from lightning_anyaccel.lightning_hooks import MultiProcessingLauncherHooks
+from lightning_anyaccel.front_ends import FabricSide, FrontEnd
+from lightning_anyaccel.lightning_stubs import MultiProcessingLauncherHooks
 from lightning_anyaccel.strategies.base import fabric_class
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class FabricMultiProcessingLauncher(SafeLaunchMixin, _lightning.FabricMultiProce
     """
 
 
-def launcher_class(side: FrontEndSide) -> type:
+def launcher_class(side: FrontEnd) -> type:
     """The spawn/fork launcher with the package's fixes of ``side``'s front end, for its Lightning package."""
     return side.port(FabricMultiProcessingLauncher if isinstance(side, FabricSide) else AnyMultiProcessingLauncher)
 

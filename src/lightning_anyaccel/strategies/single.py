@@ -33,7 +33,7 @@ from typing_extensions import override
 from lightning_anyaccel.accelerator import process_devices
 from lightning_anyaccel.device.devices import device_of
 from lightning_anyaccel.front_ends import FabricSide
-from lightning_anyaccel.lightning_hooks import SingleDeviceHooks
+from lightning_anyaccel.lightning_stubs import SingleDeviceHooks
 from lightning_anyaccel.strategies.base import AnyStrategyMixin, Registered, fabric_class
 from lightning_anyaccel.strategies.parameter_moves import FabricParameterMovesMixin, TrainerParameterMovesMixin
 from lightning_anyaccel.strategies.steps import (

@@ -44,7 +44,7 @@ from lightning_anyaccel.device import distributed
 from lightning_anyaccel.device.devices import DeviceSpec
 from lightning_anyaccel.device.distributed import check_fork_safe
 from lightning_anyaccel.device.precision import align_precision_plugin, check_device_supports
-from lightning_anyaccel.front_ends import FrontEndSide
+from lightning_anyaccel.front_ends import FrontEnd
 from lightning_anyaccel.strategies.errors import NotebookLaunchError, ShardingNotSupportedError
 
 
@@ -69,7 +69,7 @@ class SetupTarget(Protocol):
         ...
 
     @property
-    def side(self) -> FrontEndSide:
+    def side(self) -> FrontEnd:
         """The front-end adapter (Trainer or Fabric)."""
         ...
 

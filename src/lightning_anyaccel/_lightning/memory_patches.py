@@ -1,4 +1,4 @@
-"""The hook the package installs in Lightning's out-of-memory detection: every device's out-of-memory
+"""A runtime patch of Lightning: the hook the package installs in its out-of-memory detection, so every device's out-of-memory
 error is one, not only CUDA's.
 
 Lightning's batch-size finder (``Tuner.scale_batch_size``, the ``BatchSizeFinder`` callback) backs off
@@ -16,17 +16,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from lightning_anyaccel._lightning.connector_hooks import _HOOK_MARK
-from lightning_anyaccel._lightning.porting import FrontEnd
+from lightning_anyaccel._lightning.connector_patches import _HOOK_MARK
+from lightning_anyaccel._lightning.porting import Distribution
 
 #: Lightning's CUDA out-of-memory test, which ``is_oom_error`` asks (module as in ``lightning``).
 _OUT_OF_MEMORY = ("lightning.pytorch.utilities.memory", "is_cuda_out_of_memory")
 
 
-def install_out_of_memory_hook(front_end: FrontEnd, is_out_of_memory: Callable[[BaseException], bool]) -> None:
-    """Let Lightning's out-of-memory detection of ``front_end``'s Trainer recognise ``is_out_of_memory``'s errors
+def install_out_of_memory_hook(distribution: Distribution, is_out_of_memory: Callable[[BaseException], bool]) -> None:
+    """Let Lightning's out-of-memory detection of ``distribution``'s Trainer recognise ``is_out_of_memory``'s errors
     too (idempotent). Lightning's own answers are kept."""
-    module = front_end.module(_OUT_OF_MEMORY[0])
+    module = distribution.module(_OUT_OF_MEMORY[0])
     original = getattr(module, _OUT_OF_MEMORY[1])
     if getattr(original, _HOOK_MARK, False):
         return
