@@ -69,7 +69,7 @@ DEVICE_TEST_WORKERS ?= 2
 # `acme` and `hpu`): XPU_WORKLOADS, comma-separated, empty for none (tests/test_workloads.py).
 SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook and not test_the_kit
 XPU_WORKLOADS ?= gpt2_single
-# Each run writes its validation record (lightning_anyaccel/records.py) into RECORDS as <type>-<level>.toml:
+# Each run writes its validation record (lightning_anyaccel/tools/records.py) into RECORDS as <type>-<level>.toml:
 # `make test` into _build/records (CI's evidence, not committed); `make records` into docs/records, the
 # records the support matrix shows (commit them; docs/contributing.md, "Validation records").
 # The options take their value after `=`: written apart, an existing PATH reads as a test path to pytest,

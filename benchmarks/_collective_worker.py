@@ -33,14 +33,15 @@ def main(argv: list[str] | None = None) -> None:
     import torch.distributed as dist
 
     from benchmarks.common import seconds_per_call
-    from lightning_anyaccel import resolve_backend, runtime
-    from lightning_anyaccel.devices import device_of, is_host
+    from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.devices import device_of, is_host
+    from lightning_anyaccel.device.distributed import prepare_backend
 
     torch.set_num_threads(args.threads)
     device_type = runtime.detect_device_type()
     device = device_of(device_type, args.rank)
     runtime.set_device_index(device)
-    backend = resolve_backend(device)
+    backend = prepare_backend(device)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     dist.init_process_group(backend, rank=args.rank, world_size=args.world_size, timeout=timedelta(seconds=60),
                             device_id=None if is_host(device_type) else device)

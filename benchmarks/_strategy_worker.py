@@ -158,8 +158,8 @@ class Runner:
         import torch
 
         from benchmarks.models import WORKLOADS, scaled
-        from lightning_anyaccel import runtime
-        from lightning_anyaccel.devices import device_of, get_spec
+        from lightning_anyaccel.device import runtime
+        from lightning_anyaccel.device.devices import device_of, get_spec
 
         self.args = args
         self.rank, self.world = args.rank, args.world_size
@@ -443,8 +443,8 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.update(RANK=str(args.rank), LOCAL_RANK=str(args.rank), WORLD_SIZE=str(args.world_size), NODE_RANK="0")
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     if "deepspeed" in families:
-        from lightning_anyaccel import runtime
-        from lightning_anyaccel.devices import get_spec
+        from lightning_anyaccel.device import runtime
+        from lightning_anyaccel.device.devices import get_spec
 
         name = get_spec(runtime.detect_device_type()).deepspeed_accelerator
         if name:
@@ -460,12 +460,13 @@ def main(argv: list[str] | None = None) -> None:
     import torch.distributed as dist
 
     from benchmarks.common import quiet_bench
-    from lightning_anyaccel import resolve_backend, runtime
+    from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.distributed import prepare_backend
 
     quiet_bench()
     runner = Runner(args)
     runtime.set_device_index(runner.device)
-    dist.init_process_group(resolve_backend(runner.device), rank=args.rank, world_size=args.world_size,
+    dist.init_process_group(prepare_backend(runner.device), rank=args.rank, world_size=args.world_size,
                             timeout=timedelta(seconds=args.timeout),
                             device_id=runner.device if runner.device.index is not None else None)
     torch.set_num_threads(args.threads)

@@ -1,7 +1,7 @@
 """Shared helpers: machine/version metadata, statistics, device sync, bounded subprocesses.
 
 Nothing here branches on a device name: device facts come from
-:mod:`lightning_anyaccel.devices` and :mod:`lightning_anyaccel.runtime`.
+:mod:`lightning_anyaccel.device.devices` and :mod:`lightning_anyaccel.device.runtime`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def results_for(device_type: str) -> Path:
 
 def bench_env(threads: int = 1, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for benchmark subprocesses: this checkout importable, ``threads`` intra-op threads,
-    warnings off, collectives on the loopback device (:func:`lightning_anyaccel.local_runs.child_env`)."""
-    from lightning_anyaccel.local_runs import child_env  # imported when used: the report needs no torch
+    warnings off, collectives on the loopback device (:func:`lightning_anyaccel.tools.local_runs.child_env`)."""
+    from lightning_anyaccel.tools.local_runs import child_env  # imported when used: the report needs no torch
 
     return child_env(threads, import_paths=(ROOT, ROOT / "src"), loopback=True, PYTHONWARNINGS="ignore",
                      **(extra or {}))
@@ -55,7 +55,7 @@ def run_module(module: str, args: Sequence[str], *, timeout: float, env: dict[st
     Raises:
         BenchError: non-zero exit or timeout, with the tail of the output.
     """
-    from lightning_anyaccel.local_runs import run_bounded  # imported when used: the report needs no torch
+    from lightning_anyaccel.tools.local_runs import run_bounded  # imported when used: the report needs no torch
 
     try:
         proc = run_bounded([sys.executable, "-m", module, *args], timeout=timeout, cwd=ROOT, env=env or bench_env())
@@ -102,7 +102,7 @@ def run_ranks(module: str, args: Sequence[str], *, world_size: int, timeout: flo
 
 def quiet_bench() -> None:
     """Silence Lightning's per-fit info lines ("GPU available: ...") and every warning (timings only)."""
-    from lightning_anyaccel.local_runs import quiet_lightning
+    from lightning_anyaccel.tools.local_runs import quiet_lightning
 
     quiet_lightning(logging.ERROR, all_warnings=True)
 
@@ -111,7 +111,7 @@ def synchronize(device: Any) -> None:
     """Wait for queued work on ``device`` (a no-op on CPU), through the generic device module."""
     import torch
 
-    from lightning_anyaccel import runtime
+    from lightning_anyaccel.device import runtime
 
     device = torch.device(device)
     if device.type == "cpu":
@@ -202,9 +202,9 @@ def device_info(device_type: str) -> dict[str, Any]:
     """What the results file says about the device: type, name, count, collective backend."""
     import torch
 
-    from lightning_anyaccel import runtime
-    from lightning_anyaccel.devices import get_spec
-    from lightning_anyaccel.distributed import BackendError, resolve_backend
+    from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.devices import get_spec
+    from lightning_anyaccel.device.distributed import BackendError, resolve_backend
 
     spec = get_spec(device_type)
     info: dict[str, Any] = {"type": device_type, "table_name": spec.name, "count": runtime.device_count(device_type)}
@@ -223,12 +223,12 @@ def device_info(device_type: str) -> dict[str, Any]:
 
 
 def source_revision() -> dict[str, Any]:
-    """The commit the benchmarks ran from, as validation records name it (:func:`lightning_anyaccel.records.provenance`).
+    """The commit the benchmarks ran from, as validation records name it (:func:`lightning_anyaccel.tools.records.provenance`).
 
     ``$LIGHTNING_ANYACCEL_COMMIT`` comes first (a copy of the checkout sent to another machine may carry a
     ``.git`` of an older commit), then ``git``; ``{"commit": None}`` when neither tells.
     """
-    from lightning_anyaccel.records import provenance
+    from lightning_anyaccel.tools.records import provenance
 
     found = provenance(ROOT)
     known = found["commit"] != "unknown"

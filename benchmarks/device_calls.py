@@ -16,8 +16,8 @@ checkout has it, in a child process started with ``python -m benchmarks --device
 from __future__ import annotations
 
 import inspect
-import sys
 import pstats
+import sys
 from typing import Any
 
 import torch
@@ -30,7 +30,7 @@ def _device_functions(device_type: str) -> set[tuple[str, int, str]]:
     """``cProfile`` keys (file, line, name) of the Python functions of the device module."""
     if device_type == "cpu":
         return set()
-    from lightning_anyaccel import runtime
+    from lightning_anyaccel.device import runtime
 
     module = runtime.device_module(device_type)
     keys = set()

@@ -53,7 +53,7 @@ def run(device_type: str, *, reps: int = 20, warmup: int = 10, measure: int = 15
         workload: Workload = OVERHEAD, threads: int = 1) -> dict[str, Any]:
     """Run the interleaved comparison and return the ``overhead`` section of the results file."""
     from lightning_anyaccel import AnyAccelerator
-    from lightning_anyaccel.devices import device_of, get_spec
+    from lightning_anyaccel.device.devices import device_of, get_spec
 
     quiet_bench()
     torch.set_num_threads(threads)

@@ -79,7 +79,7 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
 
     from benchmarks import collective, device_calls, first_step, overhead, strategies, transformer
     from benchmarks.models import OVERHEAD, scaled
-    from lightning_anyaccel import runtime
+    from lightning_anyaccel.device import runtime
 
     device_type = runtime.detect_device_type()
     count = runtime.device_count(device_type)
@@ -237,7 +237,7 @@ def _select_device(parser: argparse.ArgumentParser, device: str, argv: list[str]
             os.environ["PYTHONPATH"] = os.pathsep.join([str(EMULATOR_AUTOLOAD), *filter(None, paths)])
             os.execv(sys.executable, [sys.executable, "-m", "benchmarks", *argv])
         device = name.partition(":")[0]  # "npu:1": one emulated device of type npu
-    from lightning_anyaccel import runtime  # after the re-run: torch must see the emulator's device
+    from lightning_anyaccel.device import runtime  # after the re-run: torch must see the emulator's device
 
     found = runtime.detect_device_type()
     if found != device:

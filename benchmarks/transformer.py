@@ -16,7 +16,7 @@ plugin variant under ``torch.profiler`` (:func:`device_busy`) sums the device's 
 few steps and divides it by their wall-clock time.
 
 ``torch.compile``: where Inductor has a code generator for the device
-(:func:`lightning_anyaccel.compilation.inductor_supports`), two more variants train the same
+(:func:`lightning_anyaccel.device.compilation.inductor_supports`), two more variants train the same
 model compiled — the plugin's Trainer with the GPT-2 module compiled by
 :func:`lightning_anyaccel.compile`, and the plain loop with ``torch.compile`` — interleaved with
 each other after the eager rounds, so the page shows compiled tokens/s beside the eager ones.
@@ -246,8 +246,8 @@ def run(device_type: str, *, reps: int = 6, warmup: int = 5, measure: int = 30, 
     import transformers
 
     from lightning_anyaccel import AnyAccelerator
-    from lightning_anyaccel.compilation import inductor_supports
-    from lightning_anyaccel.devices import device_of, get_spec
+    from lightning_anyaccel.device.compilation import inductor_supports
+    from lightning_anyaccel.device.devices import device_of, get_spec
 
     transformers.logging.set_verbosity_error()
     quiet_bench()

@@ -46,8 +46,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import lightning_anyaccel  # registers names; the Trainer's strategies
 import lightning_anyaccel.fabric  # Fabric's strategies
-from lightning_anyaccel import AnyAccelerator, runtime
-from lightning_anyaccel.devices import device_of, is_host
+from lightning_anyaccel import AnyAccelerator
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import device_of, is_host
 
 STRATEGIES = ("ddp", "fsdp", "fsdp_sharded", "fsdp_hybrid", "fsdp_grad_op", "fsdp_offload", "fsdp2", "fsdp2_full",
               "deepspeed_1", "deepspeed_2", "deepspeed_3", "deepspeed_2_offload", "deepspeed_3_offload")

@@ -335,7 +335,7 @@ def gpt2_deepspeed(device: str, out: Path) -> dict[str, Any]:
     import importlib.util
 
     from lightning_anyaccel import get_spec
-    from lightning_anyaccel.strategies.sharding import deepspeed_device_types
+    from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_device_types
 
     vendor = get_spec(device).vendor_module
     if importlib.util.find_spec("deepspeed") is None:
@@ -363,7 +363,7 @@ def syncbn_numerics(device: str, out: Path) -> dict[str, Any]:
     """The package's synchronized BatchNorm on this rank's half of a batch against BatchNorm on all of it."""
     import torch.distributed as dist
 
-    from lightning_anyaccel.sync_batchnorm import convert_sync_batchnorm
+    from lightning_anyaccel.device.sync_batchnorm import convert_sync_batchnorm
 
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1)

@@ -66,7 +66,7 @@ class DeviceUnderTest:
     @property
     def count(self) -> int:
         """How many devices of the type this machine has (CPU: unlimited processes, reported as 2 or more)."""
-        from lightning_anyaccel import runtime
+        from lightning_anyaccel.device import runtime
 
         return max(2, os.cpu_count() or 1) if self.is_cpu else runtime.device_count(self.type)
 
@@ -87,7 +87,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          " PrivateUse1 renamed, or torch's own xpu/hpu for emulated:xpu, emulated:hpu;"
                          " NAME:1 one device)")
     group.addoption("--validation-record", default=None, metavar="PATH",
-                    help="write the run's validation record (TOML, lightning_anyaccel.records) to PATH")
+                    help="write the run's validation record (TOML, lightning_anyaccel.tools.records) to PATH")
     group.addoption("--simulated-records", default=None, metavar="DIR",
                     help="write DIR/<type>-simulated.toml for each device type a test simulates (simulates marker)")
     group.addoption("--expected-skips", default=os.environ.get("ANYACCEL_EXPECTED_SKIPS") or None, metavar="PATH",
@@ -111,8 +111,8 @@ def _setup_device(spec: str) -> DeviceUnderTest:
         return DeviceUnderTest(type=name, emulated=True, backend=emulator.backend_name(name), spec=spec)
     if spec == "cpu":
         return DeviceUnderTest(type="cpu", emulated=False, backend="gloo", spec=spec)
-    from lightning_anyaccel import runtime
-    from lightning_anyaccel.distributed import resolve_backend
+    from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.distributed import resolve_backend
 
     if not runtime.is_available(spec):
         raise pytest.UsageError(f"--device {spec}: PyTorch in this environment sees no {spec!r} device."
@@ -200,7 +200,7 @@ DDP_TIMEOUT = 280
 def run_python(args: list[str], *, timeout: float = 180, cwd: Path | None = None,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python <args>`` with a hard timeout; on timeout the whole process group is killed (a test failure)."""
-    from lightning_anyaccel.local_runs import run_bounded  # not at import: the device under test is set up first
+    from lightning_anyaccel.tools.local_runs import run_bounded  # not at import: the device under test is set up first
 
     try:
         return run_bounded([sys.executable, *args], timeout=timeout, cwd=cwd or ROOT, env={**os.environ, **(env or {})})
@@ -237,7 +237,7 @@ def lightning_info_logs(caplog):
 def rank_device(device: DeviceUnderTest, rank: int) -> str:
     """The device local rank ``rank`` trains on: ``<type>:<rank>``, or ``<type>:0`` where each process sees
     only its own card (``process_device_env`` in the device table: Gaudi); ``cpu`` on CPU."""
-    from lightning_anyaccel.devices import get_spec
+    from lightning_anyaccel.device.devices import get_spec
 
     if device.is_cpu:
         return "cpu"

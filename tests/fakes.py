@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from lightning_anyaccel.devices import DEVICE_TABLE
+from lightning_anyaccel.device.devices import DEVICE_TABLE
 
 
 class FakeDeviceModule:

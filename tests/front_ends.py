@@ -2,7 +2,7 @@
 
 A behaviour that both front ends have is tested by one function: ``@pytest.mark.parametrize(
 "front_end", FRONT_ENDS)`` (ids ``trainer`` and ``fabric``) runs it once per front end, and the
-function builds and reads the front end only through :class:`FrontEnd`::
+function builds and reads the front end only through :class:`FrontEndCase`::
 
     @pytest.mark.parametrize("front_end", FRONT_ENDS)
     def test_ddp_backend(front_end):
@@ -36,7 +36,7 @@ QUIET_TRAINER = dict(logger=False, enable_checkpointing=False, enable_progress_b
 
 
 @dataclass(frozen=True)
-class FrontEnd:
+class FrontEndCase:
     """How a test builds one front end and reads what Lightning made of its flags.
 
     Attributes:
@@ -114,12 +114,12 @@ _SIDES: dict[str, dict[str, Any]] = {
 }
 
 
-def front_end(name: str, side: str, lightning: str, package: str) -> FrontEnd:
+def front_end(name: str, side: str, lightning: str, package: str) -> FrontEndCase:
     """The ``side`` (``"trainer"``/``"fabric"``) of Lightning's module ``lightning``, with the package's ``package``.
 
     Example: ``front_end("pl-trainer", "trainer", "pytorch_lightning", "lightning_anyaccel.pytorch_lightning")``.
     """
-    return FrontEnd(name=name, side=side, package=importlib.import_module(package),
+    return FrontEndCase(name=name, side=side, package=importlib.import_module(package),
                     lightning=importlib.import_module(lightning),
                     mixed_precision=importlib.import_module(f"{lightning}.plugins.precision").MixedPrecision,
                     **_SIDES[side])

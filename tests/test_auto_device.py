@@ -22,11 +22,11 @@ from torch import nn
 import lightning_anyaccel  # noqa: F401  (registers names and the automatic choice)
 from conftest import ROOT
 from fakes import install_fake_device
-from front_ends import EVERY_FRONT_END, EVERY_TRAINER, FrontEnd
+from front_ends import EVERY_FRONT_END, EVERY_TRAINER, FrontEndCase
 from lightning_anyaccel import _lightning, activation, auto
 from lightning_anyaccel._lightning import LIGHTNING
 from lightning_anyaccel.auto import AutoModeError
-from lightning_anyaccel.devices import get_spec
+from lightning_anyaccel.device.devices import get_spec
 from lightning_anyaccel.policy import StrategyNotSupportedError
 
 
@@ -36,7 +36,7 @@ def _found(caplog: pytest.LogCaptureFixture, count: int, device_type: str) -> bo
 
 @pytest.mark.device_generic
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_no_accelerator_argument_takes_the_device_torch_reports(front_end: FrontEnd, device, lightning_info_logs):
+def test_no_accelerator_argument_takes_the_device_torch_reports(front_end: FrontEndCase, device, lightning_info_logs):
     """``Trainer()``/``Fabric()``: every device of the type torch reports, the package's DDP for several, said once;
     on a machine without an accelerator, Lightning's own ``CPUAccelerator`` and ``SingleDeviceStrategy`` (and on a
     device Lightning chooses itself, CUDA or MPS, Lightning's own accelerator)."""
@@ -67,7 +67,7 @@ def test_no_accelerator_argument_takes_the_device_torch_reports(front_end: Front
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize(("device_type", "backend"), [("hpu", "hccl"), ("xpu", "xccl")])
-def test_every_device_of_a_machine_with_eight(monkeypatch, front_end: FrontEnd, device_type, backend,
+def test_every_device_of_a_machine_with_eight(monkeypatch, front_end: FrontEndCase, device_type, backend,
                                               lightning_info_logs) -> None:
     """``devices="auto"`` is all of them: the package's DDP over 8 devices, as ``accelerator="any"`` gives."""
     install_fake_device(monkeypatch, device_type, count=8, backend=backend)
@@ -88,7 +88,7 @@ def test_lightnings_own_choice_of_a_device_is_kept(monkeypatch, lightning_choice
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize("reported", ["cuda", "mps"])
-def test_a_device_lightning_serves_keeps_lightnings_choice(monkeypatch, front_end: FrontEnd, reported) -> None:
+def test_a_device_lightning_serves_keeps_lightnings_choice(monkeypatch, front_end: FrontEndCase, reported) -> None:
     """torch reports CUDA or MPS, but Lightning chose the CPU: the package does not step in (Lightning's classes)."""
     install_fake_device(monkeypatch, reported, count=2)
     built = front_end.build()
@@ -96,7 +96,7 @@ def test_a_device_lightning_serves_keeps_lightnings_choice(monkeypatch, front_en
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_opting_out_keeps_lightnings_choice_and_says_so(monkeypatch, front_end: FrontEnd, lightning_info_logs) -> None:
+def test_opting_out_keeps_lightnings_choice_and_says_so(monkeypatch, front_end: FrontEndCase, lightning_info_logs) -> None:
     """``LIGHTNING_ANYACCEL_AUTO=lightning``: Lightning's ``CPUAccelerator``, and the log names the device and the way to it."""
     install_fake_device(monkeypatch, "hpu", count=2, backend="hccl")
     monkeypatch.setenv(auto.AUTO_ENV, "lightning")
@@ -109,7 +109,7 @@ def test_opting_out_keeps_lightnings_choice_and_says_so(monkeypatch, front_end: 
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_a_wrong_opt_out_names_the_accepted_values(monkeypatch, front_end: FrontEnd) -> None:
+def test_a_wrong_opt_out_names_the_accepted_values(monkeypatch, front_end: FrontEndCase) -> None:
     monkeypatch.setenv(auto.AUTO_ENV, "off")
     with pytest.raises(AutoModeError, match="LIGHTNING_ANYACCEL_AUTO='off' is not an accepted value. Use one of 'device'"
                                             ".*; 'lightning'"):
@@ -118,7 +118,7 @@ def test_a_wrong_opt_out_names_the_accepted_values(monkeypatch, front_end: Front
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_a_device_torch_reports_but_can_not_use_keeps_the_cpu_and_says_why(monkeypatch, front_end: FrontEnd) -> None:
+def test_a_device_torch_reports_but_can_not_use_keeps_the_cpu_and_says_why(monkeypatch, front_end: FrontEndCase) -> None:
     """No device of the reported type is visible: the CPU, with a warning that says why (never silently)."""
     install_fake_device(monkeypatch, "xpu", count=0)
     with pytest.warns(UserWarning, match="accelerator='auto' keeps the CPU: torch reports 'xpu', but its device module"
@@ -149,8 +149,8 @@ def activated(monkeypatch):
     """This process as ``LIGHTNING_ANYACCEL_ACTIVATE=1`` makes it (the recording wraps are idempotent and only record)."""
     monkeypatch.setenv(activation.ACTIVATE_ENV, "1")
 
-    def record(front_end: FrontEnd) -> None:
-        package = _lightning.front_end_of_module(front_end.lightning.__name__)
+    def record(front_end: FrontEndCase) -> None:
+        package = _lightning.distribution_of_module(front_end.lightning.__name__)
         assert package is not None
         activation.record_strategy_arguments(package, front_end.side)
 
@@ -159,7 +159,7 @@ def activated(monkeypatch):
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 def test_a_programs_lightning_strategies_train_on_the_device_with_their_arguments(
-        activated, monkeypatch, front_end: FrontEnd, lightning_info_logs) -> None:
+        activated, monkeypatch, front_end: FrontEndCase, lightning_info_logs) -> None:
     """``FSDPStrategy(...)``/``DDPStrategy(...)`` built by the program: the package's strategy, same arguments, said."""
     activated(front_end)
     install_fake_device(monkeypatch, "hpu", count=2, backend="hccl")
@@ -181,7 +181,7 @@ def test_a_programs_lightning_strategies_train_on_the_device_with_their_argument
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_a_programs_lightning_strategy_stays_lightnings_where_lightning_trains(activated, front_end: FrontEnd) -> None:
+def test_a_programs_lightning_strategy_stays_lightnings_where_lightning_trains(activated, front_end: FrontEndCase) -> None:
     """On the CPU (a machine without an accelerator) the program's own strategy object is Lightning's, untouched."""
     activated(front_end)
     strategy = front_end.lightning.strategies.DDPStrategy()
@@ -205,7 +205,7 @@ trainer:
 
 
 @pytest.mark.parametrize("front_end", EVERY_TRAINER)
-def test_names_and_class_paths_in_a_lightning_cli_configuration(monkeypatch, tmp_path, front_end: FrontEnd) -> None:
+def test_names_and_class_paths_in_a_lightning_cli_configuration(monkeypatch, tmp_path, front_end: FrontEndCase) -> None:
     """``--trainer.accelerator xpu --trainer.strategy any_ddp``, the package's classes by class path in YAML (the
     block of docs/programs.md too), and no accelerator at all, as a LightningCLI program parses them (``run=False``:
     the Trainer is built, not fitted)."""

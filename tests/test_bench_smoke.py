@@ -206,7 +206,7 @@ def test_results_name_the_commit_given_over_a_stale_git(monkeypatch: pytest.Monk
     commit: the commit it is given in ``$LIGHTNING_ANYACCEL_COMMIT`` wins over what ``git`` reports."""
     from benchmarks.common import source_revision
 
-    from lightning_anyaccel.records import COMMIT_ENV
+    from lightning_anyaccel.tools.records import COMMIT_ENV
 
     from_git = source_revision()
     assert from_git["from"] == "git" and len(from_git["commit"]) == 40  # this test runs in a git checkout

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from lightning_anyaccel import build_locks
+from lightning_anyaccel.cluster import build_locks
 
 
 def _lock(root, name: str = "cpu_adam", age: float = 0.0):

@@ -15,8 +15,13 @@ import pytest
 import torch
 from lightning.fabric.strategies import SingleDeviceStrategy
 
-from lightning_anyaccel.atomic_commit import OLD_SUFFIX, commit, recover
-from lightning_anyaccel.checkpoint import AtomicCheckpointIO, CheckpointLoadError, CheckpointSaveError, describe_checkpoint
+from lightning_anyaccel.checkpoints.atomic_commit import OLD_SUFFIX, commit, recover
+from lightning_anyaccel.checkpoints.checkpoint import (
+    AtomicCheckpointIO,
+    CheckpointLoadError,
+    CheckpointSaveError,
+    describe_checkpoint,
+)
 from lightning_anyaccel.strategies.atomic_save import save_atomically
 
 
@@ -92,7 +97,7 @@ def test_sharded_save_error_keeps_the_previous_directory(tmp_path: Path) -> None
 
 def test_a_kill_between_the_two_renames_is_recovered(tmp_path: Path, monkeypatch) -> None:
     """Where names cannot be exchanged atomically, the old checkpoint waits under a known name."""
-    import lightning_anyaccel.atomic_commit as module
+    import lightning_anyaccel.checkpoints.atomic_commit as module
 
     monkeypatch.setattr(module, "_exchange", lambda a, b: False)
     target, staged = tmp_path / "last.ckpt", tmp_path / "staged"

@@ -11,9 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
-from lightning_anyaccel import _compat, runtime
 from tests.fakes import install_fake_device
+
+from lightning_anyaccel import _compat
+from lightning_anyaccel.device import runtime
 
 
 @pytest.fixture
@@ -56,14 +57,6 @@ def test_current_accelerator_asks_for_a_usable_device(monkeypatch):
     assert runtime.detect_device_type() == "cpu"
 
 
-@pytest.mark.parametrize("available", [True, False])
-def test_current_accelerator_without_the_keyword_checks_availability(monkeypatch, available):
-    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("cuda"))
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: available)
-    assert _compat.current_accelerator() == (torch.device("cuda") if available else None)
-    assert _compat.torch_features()["accelerator.current_accelerator(check_available)"] is False
-
-
 # --- memory: torch.accelerator.memory_stats / empty_cache --------------------------------------
 
 
@@ -97,7 +90,7 @@ def test_empty_cache_falls_back_to_the_device_module(xpu, monkeypatch):
     assert ("empty_cache",) in xpu.calls
 
 
-# --- set_device_index over set_device_idx ------------------------------------------------------
+# --- set_device_index, else the device module --------------------------------------------------
 
 
 def test_set_device_prefers_the_index_name(xpu, monkeypatch):
@@ -105,14 +98,6 @@ def test_set_device_prefers_the_index_name(xpu, monkeypatch):
                         raising=False)
     runtime.set_device_index(torch.device("xpu", 1))
     assert xpu.calls == [("set_device_index", 1)]
-
-
-def test_set_device_uses_the_deprecated_idx_name_when_alone(xpu, monkeypatch):
-    monkeypatch.delattr(torch.accelerator, "set_device_index")
-    monkeypatch.setattr(torch.accelerator, "set_device_idx", lambda i: xpu.calls.append(("set_device_idx", i)),
-                        raising=False)
-    runtime.set_device_index(torch.device("xpu", 1))
-    assert xpu.calls == [("set_device_idx", 1)]
 
 
 def test_set_device_falls_back_to_the_device_module(xpu, monkeypatch):
@@ -190,15 +175,15 @@ def test_a_backend_returning_its_own_process_group_gets_its_default_backend():
 
     import torch.distributed as dist
 
-    from lightning_anyaccel.distributed import resolve_backend
+    from lightning_anyaccel.device.distributed import adopt_whole_group_backend, prepare_backend
 
     created = []
     if "WHOLEGROUP" not in dist.Backend._plugins:
         dist.Backend.register_backend("wholegroup", lambda *args: created.append(_WholeGroup(*args)) or created[-1],
                                       devices=["cpu"])
     assert not dist.is_initialized()
-    assert resolve_backend(torch.device("cpu"), explicit="wholegroup") == "wholegroup"
-    resolve_backend(torch.device("cpu"), explicit="wholegroup")  # wrapped once only
+    assert prepare_backend(torch.device("cpu"), explicit="wholegroup") == "wholegroup"
+    adopt_whole_group_backend("wholegroup")  # wrapped once only
     dist.init_process_group("wholegroup", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60))
     try:
         tensor = torch.ones(2)

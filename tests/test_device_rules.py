@@ -18,10 +18,9 @@ import torch.nn.functional as F
 from lightning import Trainer
 
 import lightning_anyaccel  # noqa: F401  (registers names)
-from lightning_anyaccel import runtime
-from lightning_anyaccel.demo import DemoModel, demo_loader
-
 from conftest import AUTOLOAD, TESTS, run_python
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.tools.demo import DemoModel, demo_loader
 
 MATCH = "Expected all tensors to be on the same device"
 

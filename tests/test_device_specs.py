@@ -1,4 +1,4 @@
-"""Device specs derived from torch (``lightning_anyaccel.devices``): no code for a device torch reports, and an
+"""Device specs derived from torch (``lightning_anyaccel.device.devices``): no code for a device torch reports, and an
 unknown device never breaks a known one. In-process and fast; the emulated ``acme`` runs of the same code are
 ``pytest -m device_generic --device emulated:acme`` and ``tests/test_emulator.py``."""
 
@@ -15,10 +15,11 @@ from lightning.fabric.accelerators import ACCELERATOR_REGISTRY
 from lightning.pytorch.accelerators import AcceleratorRegistry
 
 import lightning_anyaccel  # noqa: F401  (registers names)
-from lightning_anyaccel import AnyAccelerator, devices, policy, runtime
-from lightning_anyaccel.checkpoint import portable_map_location
-from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, derive_spec, get_spec, register_device
-from lightning_anyaccel.precision import PrecisionNotSupportedError, check_precision
+from lightning_anyaccel import AnyAccelerator, policy
+from lightning_anyaccel.checkpoints.checkpoint import portable_map_location
+from lightning_anyaccel.device import devices, runtime
+from lightning_anyaccel.device.devices import DEVICE_TABLE, DeviceSpec, derive_spec, get_spec, register_device
+from lightning_anyaccel.device.precision import PrecisionNotSupportedError, check_precision
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
 

@@ -25,7 +25,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from lightning_anyaccel.devices import DEVICE_TABLE
+from lightning_anyaccel.device.devices import DEVICE_TABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -145,8 +145,7 @@ def test_lab_kernel_points_at_this_interpreter(tmp_path):
 def test_every_error_links_its_troubleshooting_entry():
     """Each error class of the package ends its message with the address of its entry on the
     troubleshooting page: the hosted page of pyproject's Documentation URL, with the entry's label."""
-    import lightning_anyaccel.strategies.common  # noqa: F401  (defines NotebookLaunchError)
-    import lightning_anyaccel.strategies.sharding  # noqa: F401
+    import lightning_anyaccel.strategies.errors  # noqa: F401  (defines NotebookLaunchError)
     from lightning_anyaccel.troubleshooting import TROUBLESHOOTING_URL, LinkedError
 
     docs = PYPROJECT["project"]["urls"]["Documentation"].rstrip("/")

@@ -18,7 +18,7 @@ from lightning_anyaccel import (
     PrecisionNotSupportedError,
     get_spec,
 )
-from lightning_anyaccel.devices import DEVICE_TABLE
+from lightning_anyaccel.device.devices import DEVICE_TABLE
 
 
 def _trainer(**kwargs):

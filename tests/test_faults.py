@@ -28,9 +28,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_anyaccel.local_runs import free_port
-
 from _cluster import PYTHON, ROOT, Job, Result, full
+from lightning_anyaccel.tools.local_runs import free_port
 
 SCRIPT = ROOT / "tests" / "scripts" / "fault_train.py"
 #: The strategy's timeout in these jobs (seconds). The ranks enter the rendezvous together

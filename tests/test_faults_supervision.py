@@ -1,7 +1,7 @@
 """The mechanisms that end stopped workers, each on its own (no training): fast, and they say why a cell passes.
 
 A stopped process reacts to nothing but ``SIGKILL``. These tests stop real processes and check
-that each mechanism of :mod:`lightning_anyaccel.supervision` ends them.
+that each mechanism of :mod:`lightning_anyaccel.cluster.supervision` ends them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_anyaccel import supervision
+from lightning_anyaccel.cluster import supervision
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, uses prctl")
 
@@ -52,11 +52,11 @@ def test_reaper_kills_a_stopped_child_that_was_asked_to_terminate() -> None:
 
 LAUNCHER = textwrap.dedent("""
     import os, subprocess, sys, time
-    from lightning_anyaccel import supervision
+    from lightning_anyaccel.cluster import supervision
     supervision.prepare_launch()
     worker = subprocess.Popen([sys.executable, "-c", '''
     import os, signal, sys
-    from lightning_anyaccel import supervision
+    from lightning_anyaccel.cluster import supervision
     assert supervision.supervise_worker(rank=1)
     open(sys.argv[1], "w").write(str(os.getpid()))
     os.kill(os.getpid(), signal.SIGSTOP)
@@ -91,11 +91,11 @@ def test_a_stopped_worker_ends_with_its_launcher(tmp_path: Path, how: str) -> No
 
 FINISHING = textwrap.dedent("""
     import os, subprocess, sys
-    from lightning_anyaccel import supervision
+    from lightning_anyaccel.cluster import supervision
     supervision.prepare_launch()
     subprocess.Popen([sys.executable, "-c", '''
     import sys, time
-    from lightning_anyaccel import supervision
+    from lightning_anyaccel.cluster import supervision
     assert supervision.supervise_worker(rank=1)
     time.sleep(6)  # a slow rank still finishing after rank 0 is done (longer than EXIT_GRACE_S)
     open(sys.argv[1], "w").write("done")

@@ -40,8 +40,8 @@ from lightning_anyaccel import (
     ShardingNotSupportedError,
     get_spec,
 )
-from lightning_anyaccel.demo import DemoModel, demo_loader
 from lightning_anyaccel.fabric import AnyDDPStrategy as FabricDDPStrategy
+from lightning_anyaccel.tools.demo import DemoModel, demo_loader
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
 needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
@@ -210,7 +210,7 @@ def test_deepspeed_inference_arguments_are_taken_or_named() -> None:
 
 @needs_deepspeed
 def test_deepspeed_kernel_injection_is_refused_where_deepspeed_has_no_kernels() -> None:
-    from lightning_anyaccel.strategies.deepspeed import check_inference_support
+    from lightning_anyaccel.strategies.deepspeed_checks import check_inference_support
 
     trainer = Trainer(accelerator="any", strategy=AnyDeepSpeedStrategy(replace_with_kernel_inject=True), devices=2,
                       **QUIET)

@@ -27,8 +27,6 @@ from pathlib import Path
 
 import pytest
 
-from lightning_anyaccel.local_runs import free_port
-
 from _cluster import (
     LAUNCH,
     PYTHON,
@@ -43,6 +41,7 @@ from _cluster import (
     slurm_cluster,
     veth_hosts,
 )
+from lightning_anyaccel.tools.local_runs import free_port
 
 pytestmark = pytest.mark.slow
 

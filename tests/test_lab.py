@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_anyaccel.local_runs import free_port
+from lightning_anyaccel.tools.local_runs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import notebook_cache  # noqa: E402
 
 from _browser import CHROMIUM, launched_chromium  # noqa: E402
+
 KERNEL = "lightning-anyaccel"  # the name `make lab` registers
 NAMES = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
 START_TIMEOUT_S = 120

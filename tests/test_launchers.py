@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from lightning_anyaccel import gloo_interface, rendezvous
-from lightning_anyaccel.environments import AnyMPIEnvironment
-from lightning_anyaccel.launch_layout import LAUNCHERS, LaunchLayoutError, detect_launcher, read_layout
+from lightning_anyaccel.cluster import gloo_interface, rendezvous
+from lightning_anyaccel.cluster.environments import AnyMPIEnvironment
+from lightning_anyaccel.cluster.launch_layout import LAUNCHERS, LaunchLayoutError, detect_launcher, read_layout
 
 # What each launcher sets for rank 3 of 4, two per node (rank 3 = node 1, local rank 1).
 SAMPLES = {
@@ -140,7 +140,7 @@ def test_default_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_strategy_writes_checkpoints_atomically_by_default() -> None:
     from lightning_anyaccel import AnyDDPStrategy
-    from lightning_anyaccel.checkpoint import AtomicCheckpointIO
+    from lightning_anyaccel.checkpoints.checkpoint import AtomicCheckpointIO
 
     assert isinstance(AnyDDPStrategy().checkpoint_io, AtomicCheckpointIO)
 

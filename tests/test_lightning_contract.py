@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from lightning_anyaccel import _lightning, lightning_hooks
+from lightning_anyaccel import _lightning, lightning_stubs
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "lightning_anyaccel"
-INSTALLED = [front_end for front_end in _lightning.FRONT_ENDS if front_end.is_installed()]
+INSTALLED = [distribution for distribution in _lightning.DISTRIBUTIONS if distribution.is_installed()]
 
 #: Private names the package uses that are not Lightning's, or are the package's own but set dynamically.
 NOT_LIGHTNING = {
@@ -27,24 +27,24 @@ NOT_LIGHTNING = {
 }
 
 
-def _version(front_end: _lightning.FrontEnd) -> str:
-    return f"{front_end.package} {front_end.module(front_end.trainer if front_end.package != 'lightning' else 'lightning').__version__}"
+def _version(distribution: _lightning.Distribution) -> str:
+    return f"{distribution.package} {distribution.module(distribution.trainer if distribution.package != 'lightning' else 'lightning').__version__}"
 
 
-def _lookup(dotted: str, front_end: _lightning.FrontEnd) -> object:
+def _lookup(dotted: str, distribution: _lightning.Distribution) -> object:
     module_name, _, attr = dotted.rpartition(".")
     try:
-        return getattr(front_end.module(module_name), attr)
+        return getattr(distribution.module(module_name), attr)
     except (ImportError, AttributeError):
         module_name, _, outer = module_name.rpartition(".")
-        return getattr(getattr(front_end.module(module_name), outer), attr)
+        return getattr(getattr(distribution.module(module_name), outer), attr)
 
 
-@pytest.mark.parametrize("front_end", INSTALLED, ids=lambda f: f.package)
+@pytest.mark.parametrize("distribution", INSTALLED, ids=lambda f: f.package)
 @pytest.mark.parametrize("entry", _lightning.PRIVATE_NAMES, ids=lambda e: f"{e.module}.{e.name}")
-def test_private_name_exists_with_its_parameters(front_end, entry) -> None:
-    where = f"{entry.module}.{entry.name} (used by lightning_anyaccel {entry.used_by}; {_version(front_end)})"
-    module = front_end.module(entry.module)
+def test_private_name_exists_with_its_parameters(distribution, entry) -> None:
+    where = f"{entry.module}.{entry.name} (used by lightning_anyaccel {entry.used_by}; {_version(distribution)})"
+    module = distribution.module(entry.module)
     assert hasattr(module, entry.name), f"{where} is gone"
     if entry.parameters is not None:
         parameters = list(inspect.signature(getattr(module, entry.name)).parameters)
@@ -66,14 +66,14 @@ def _assigned_or_defined(cls: type, name: str) -> bool:
     return False
 
 
-@pytest.mark.parametrize("front_end", INSTALLED, ids=lambda f: f.package)
+@pytest.mark.parametrize("distribution", INSTALLED, ids=lambda f: f.package)
 @pytest.mark.parametrize("entry", _lightning.PRIVATE_ATTRIBUTES, ids=lambda e: f"{e.owner}.{e.name}")
-def test_private_attribute_exists(front_end, entry) -> None:
-    owner = _lookup(entry.owner, front_end)
+def test_private_attribute_exists(distribution, entry) -> None:
+    owner = _lookup(entry.owner, distribution)
     assert isinstance(owner, type)
     assert _assigned_or_defined(owner, entry.name), (
         f"{entry.owner}.{entry.name} is neither defined nor set any more (used by lightning_anyaccel"
-        f" {entry.used_by}; {_version(front_end)})"
+        f" {entry.used_by}; {_version(distribution)})"
     )
 
 
@@ -136,25 +136,25 @@ def _named_parameters(function: object) -> tuple[list[str], bool]:
 
 _HOOKS = [
     (hooks, name, lightning_class)
-    for hooks in lightning_hooks.ALL_HOOKS
-    for name in lightning_hooks.hooks_of(hooks)
+    for hooks in lightning_stubs.ALL_HOOKS
+    for name in lightning_stubs.hooks_of(hooks)
     for lightning_class in hooks.stands_for
 ]
 
 
-@pytest.mark.parametrize("front_end", INSTALLED, ids=lambda f: f.package)
+@pytest.mark.parametrize("distribution", INSTALLED, ids=lambda f: f.package)
 @pytest.mark.parametrize(
     ("hooks", "name", "lightning_class"), _HOOKS, ids=lambda v: v.__name__ if isinstance(v, type) else str(v)
 )
-def test_declared_hook_exists_with_its_parameters(front_end, hooks, name, lightning_class) -> None:
-    """Every hook lightning_hooks declares for the type checker is Lightning's, with the same parameter names.
+def test_declared_hook_exists_with_its_parameters(distribution, hooks, name, lightning_class) -> None:
+    """Every hook lightning_stubs declares for the type checker is Lightning's, with the same parameter names.
 
     A declaration without ``*args``/``**kwargs`` has exactly Lightning's parameter names, in order; one
     with them (a hook whose other parameters differ between the classes it stands for) names only
     parameters Lightning's hook has.
     """
-    where = f"{hooks.__name__}.{name}, declared for {lightning_class} ({_version(front_end)})"
-    owner = _lookup(lightning_class, front_end)
+    where = f"{hooks.__name__}.{name}, declared for {lightning_class} ({_version(distribution)})"
+    owner = _lookup(lightning_class, distribution)
     assert isinstance(owner, type)
     declared = inspect.getattr_static(hooks, name)
     actual = inspect.getattr_static(owner, name, None)
@@ -176,7 +176,7 @@ def test_declared_hook_exists_with_its_parameters(front_end, hooks, name, lightn
 
 def test_every_hook_class_declares_hooks() -> None:
     """Each hook class declares something (a renamed or emptied declaration would check nothing)."""
-    assert all(hooks.stands_for and lightning_hooks.hooks_of(hooks) for hooks in lightning_hooks.ALL_HOOKS)
+    assert all(hooks.stands_for and lightning_stubs.hooks_of(hooks) for hooks in lightning_stubs.ALL_HOOKS)
 
 
 def test_private_refuses_unlisted_names() -> None:
@@ -187,11 +187,11 @@ def test_private_refuses_unlisted_names() -> None:
 def test_connector_hooks_installed_on_every_front_end() -> None:
     import lightning_anyaccel  # noqa: F401
 
-    for front_end in INSTALLED:
-        front_end.module(front_end.trainer)  # pytorch_lightning registers when it is imported
+    for distribution in INSTALLED:
+        distribution.module(distribution.trainer)  # pytorch_lightning registers when it is imported
         for connector in (_lightning.TRAINER_CONNECTOR, _lightning.FABRIC_CONNECTOR):
-            cls = _lookup(connector, front_end)
-            assert vars(cls).get("__lightning_anyaccel_hooks__"), f"{connector} of {_version(front_end)} is not hooked"
+            cls = _lookup(connector, distribution)
+            assert vars(cls).get("__lightning_anyaccel_hooks__"), f"{connector} of {_version(distribution)} is not hooked"
 
 
 def test_port_refuses_a_method_that_wraps_super() -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from conftest import AUTOLOAD, DDP_TIMEOUT, LEAN_IMPORTS, ROOT, SRC, run_python
-from lightning_anyaccel.local_runs import child_env
+from lightning_anyaccel.tools.local_runs import child_env
 
 pytestmark = pytest.mark.slow
 
@@ -136,8 +136,7 @@ def test_the_variable_reaches_every_rank_a_launcher_starts(launcher, tmp_path):
     ...``: the launcher, not Lightning, starts both ranks, and each is put to work by the variable it inherits."""
     pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the programs extra)")
     from _cluster import Job
-
-    from lightning_anyaccel.local_runs import free_port
+    from lightning_anyaccel.tools.local_runs import free_port
 
     command = LAUNCHERS[launcher]
     if not Path(command[0]).exists():
@@ -156,8 +155,7 @@ def test_the_variable_reaches_every_task_srun_starts(tmp_path, monkeypatch):
     with the environment it exports (``--export=ALL``: the caller's), and each is put to work by the variable."""
     pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the programs extra)")
     from _cluster import missing, not_root, slurm_cluster
-
-    from lightning_anyaccel.local_runs import free_port
+    from lightning_anyaccel.tools.local_runs import free_port
 
     reason = not_root() or missing("slurmctld", "slurmd", "munged", "srun")
     if reason:

@@ -1,4 +1,4 @@
-"""Validation records (``lightning_anyaccel.records``): written by the run, tied to the commit, checked.
+"""Validation records (``lightning_anyaccel.tools.records``): written by the run, tied to the commit, checked.
 
 A real pytest run writes one (``--validation-record``, under pytest-xdist as ``make test`` runs it);
 every committed record in ``docs/records`` is what a run wrote (its digest, counts and features
@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_anyaccel import records
-
 from conftest import ROOT, run_python
+from lightning_anyaccel.tools import records
 
 COMMITTED = sorted((ROOT / records.RECORD_DIR).glob("*.toml"))
 FIT = "tests/test_trainer_cpu.py::test_single_device_fit_learns"

@@ -40,7 +40,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import StrategyRegistry
 from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_ACCELERATORS
-from lightning_anyaccel.demo import DemoModel, demo_loader
+from lightning_anyaccel.tools.demo import DemoModel, demo_loader
 import torch
 torch.manual_seed(0)
 model = DemoModel()
@@ -156,7 +156,7 @@ def test_wheel_in_a_fresh_venv_registers_and_trains(dist, tmp_path):
     out = _run([str(python), "-m", "lightning_anyaccel.validate", "--checks", "fit", "--record", str(record)],
                cwd=tmp_path, timeout=240, env=env)
     assert "[ 1/1] fit: PASSED" in out and f"record written to {record}" in out, out
-    from lightning_anyaccel import records
+    from lightning_anyaccel.tools import records
 
     assert records.problems(record.read_text()) == []
     written = records.loads(record.read_text())

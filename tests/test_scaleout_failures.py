@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_anyaccel.local_runs import free_port
-
 from _cluster import PYTHON, Job, Result, alive_pids, full, kill_pids, reports, train_args
+from lightning_anyaccel.tools.local_runs import free_port
 
 pytestmark = pytest.mark.slow
 

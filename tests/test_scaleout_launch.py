@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from lightning_anyaccel.local_runs import free_port
-
 from _cluster import (
     LAUNCH,
     PYTHON,
@@ -27,6 +25,7 @@ from _cluster import (
     train_args,
     veth_hosts,
 )
+from lightning_anyaccel.tools.local_runs import free_port
 
 pytestmark = pytest.mark.slow
 VENV_BIN = Path(sys.executable).parent

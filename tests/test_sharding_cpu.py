@@ -183,7 +183,7 @@ def deepspeed_runs_on(device_type: str) -> bool:
     (the device table's ``deepspeed_accelerator``) and the vendor package that accelerator imports (the
     package refuses the device up front otherwise: docs/limitations.md)."""
     from lightning_anyaccel import get_spec
-    from lightning_anyaccel.strategies.deepspeed import deepspeed_device_types
+    from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_device_types
 
     vendor = get_spec(device_type).vendor_module
     if not HAS_DEEPSPEED or device_type not in deepspeed_device_types():

@@ -18,7 +18,7 @@ from lightning.fabric.strategies import fsdp as lightning_fsdp
 from lightning.fabric.strategies import model_parallel as lightning_model_parallel
 
 import lightning_anyaccel  # noqa: F401  (registers names)
-from front_ends import EVERY_FRONT_END, FRONT_ENDS, FrontEnd
+from front_ends import EVERY_FRONT_END, FRONT_ENDS, FrontEndCase
 from lightning_anyaccel import (
     AnyAccelerator,
     AnyDeepSpeedStrategy,
@@ -26,9 +26,11 @@ from lightning_anyaccel import (
     DeepSpeedNotInstalledError,
     ShardingNotSupportedError,
 )
-from lightning_anyaccel._lightning import accessors as lightning_accessors
 from lightning_anyaccel import fabric as anyaccel_fabric
-from lightning_anyaccel.strategies.sharding import AnyDeepSpeedMixin, AnyFSDPMixin, AnyModelParallelMixin
+from lightning_anyaccel._lightning import accessors as lightning_accessors
+from lightning_anyaccel.strategies.deepspeed import AnyDeepSpeedMixin
+from lightning_anyaccel.strategies.fsdp import AnyFSDPMixin
+from lightning_anyaccel.strategies.model_parallel import AnyModelParallelMixin
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(
@@ -39,7 +41,7 @@ needs_deepspeed = pytest.mark.skipif(
 FSDP_PRECISION = {"trainer": "AnyFSDPPrecision", "fabric": "AnyFabricFSDPPrecision"}
 
 
-def _build(front_end: FrontEnd, strategy, **flags):
+def _build(front_end: FrontEndCase, strategy, **flags):
     """The front end on 2 CPU processes (nothing is started)."""
     return front_end.build(accelerator=front_end.package.AnyAccelerator("cpu"), strategy=strategy, devices=2, **flags)
 
@@ -52,7 +54,7 @@ def _build(front_end: FrontEnd, strategy, **flags):
     pytest.param("AnyModelParallelStrategy", {}, id="AnyModelParallelStrategy"),
     pytest.param("AnyModelParallelStrategy", {"tensor_parallel_size": 1}, id="AnyModelParallelStrategy-tp1"),
 ])
-def test_fsdp_on_mps_is_refused(front_end: FrontEnd, family, kwargs):
+def test_fsdp_on_mps_is_refused(front_end: FrontEndCase, family, kwargs):
     strategy = getattr(front_end.package, family)(**kwargs)
     strategy.parallel_devices = [torch.device("mps", 0)] * 2
     with pytest.raises(ShardingNotSupportedError, match=r"splits the model across processes, but Apple GPU \(MPS\)"
@@ -90,7 +92,7 @@ def test_fabric_sharded_names_share_the_trainer_logic(name, family) -> None:
 
 
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
-def test_fsdp_cpu_offload_on_cpu_is_refused(front_end: FrontEnd):
+def test_fsdp_cpu_offload_on_cpu_is_refused(front_end: FrontEndCase):
     """``any_fsdp_cpu_offload`` on CPU would fail in every rank's first step (torch pins the offloaded shards, which
     needs an accelerator): refused when the front end is built, naming the strategy to use. It trains on the
     device under test (test_sharding_cpu.py::test_parameters_sharded_on_the_device_under_test[fsdp_offload])."""
@@ -102,7 +104,7 @@ def test_fsdp_cpu_offload_on_cpu_is_refused(front_end: FrontEnd):
 # ----- FSDP's full state dict on CPU -------------------------------------------------------------------
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_fsdp_full_state_offload_on_cpu_is_refused(front_end: FrontEnd):
+def test_fsdp_full_state_offload_on_cpu_is_refused(front_end: FrontEndCase):
     strategy = front_end.package.AnyFSDPStrategy(state_dict_type="full", state_dict_offload=True)
     with pytest.raises(ShardingNotSupportedError, match=r"AnyFSDPStrategy\(state_dict_offload=True, state_dict_type="
                                                         r"'full'\) on CPU.*crashes.*21804.*state_dict_type='sharded'") \
@@ -112,7 +114,7 @@ def test_fsdp_full_state_offload_on_cpu_is_refused(front_end: FrontEnd):
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_fsdp_full_state_offload_follows_the_table(front_end: FrontEnd):
+def test_fsdp_full_state_offload_follows_the_table(front_end: FrontEndCase):
     assert _build(front_end, "any_fsdp").strategy.state_dict_offload is False
     full = front_end.package.AnyFSDPStrategy(state_dict_type="full")
     assert _build(front_end, full).strategy.state_dict_offload is False
@@ -156,7 +158,7 @@ def test_fabric_fsdp_full_state_helper_follows_the_table() -> None:
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize("precision, dtype", [("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16)])
-def test_fsdp_precision_autocasts_on_the_strategy_device(front_end: FrontEnd, precision, dtype):
+def test_fsdp_precision_autocasts_on_the_strategy_device(front_end: FrontEndCase, precision, dtype):
     built = _build(front_end, "any_fsdp", precision=precision)
     plugin = front_end.strategy_precision(built)
     assert type(plugin) is getattr(front_end.package, FSDP_PRECISION[front_end.side])
@@ -173,7 +175,7 @@ def test_fsdp_precision_autocasts_on_the_strategy_device(front_end: FrontEnd, pr
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_fsdp2_precision_is_aligned_to_the_device(front_end: FrontEnd):
+def test_fsdp2_precision_is_aligned_to_the_device(front_end: FrontEndCase):
     built = _build(front_end, "any_fsdp2", precision="bf16-mixed")
     plugin = front_end.strategy_precision(built)
     assert isinstance(plugin, front_end.mixed_precision) and plugin.device == "cpu"
@@ -222,7 +224,7 @@ def test_deepspeed_on_a_device_it_does_not_know():
 
 @needs_deepspeed
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_deepspeed_accelerator_conflict(monkeypatch, front_end: FrontEnd):
+def test_deepspeed_accelerator_conflict(monkeypatch, front_end: FrontEndCase):
     monkeypatch.setenv("DS_ACCELERATOR", "cuda")
     with pytest.raises(ShardingNotSupportedError, match=r"DS_ACCELERATOR='cuda' is set, but the strategy trains on"
                                                         r" 'cpu'\. Unset DS_ACCELERATOR or set it to 'cpu'"):
@@ -232,7 +234,7 @@ def test_deepspeed_accelerator_conflict(monkeypatch, front_end: FrontEnd):
 @needs_deepspeed
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize("name", ["any_deepspeed", "any_deepspeed_stage_2"])
-def test_deepspeed_device_rank_on_cpu_is_the_local_rank(front_end: FrontEnd, name):
+def test_deepspeed_device_rank_on_cpu_is_the_local_rank(front_end: FrontEndCase, name):
     strategy = _build(front_end, name).strategy
     assert strategy.root_device.index is None  # what Lightning hands DeepSpeed: a TypeError inside it
     assert strategy.device_rank == strategy.local_rank == 0
@@ -243,13 +245,12 @@ def test_deepspeed_refuses_a_device_without_its_vendor_package(monkeypatch) -> N
     process starts (the launching process's checks), with the reason."""
     import dataclasses
 
-    from lightning_anyaccel.devices import get_spec
-    from lightning_anyaccel.strategies import AnyDeepSpeedStrategy, ShardingNotSupportedError
-    from lightning_anyaccel.strategies import sharded
+    from lightning_anyaccel.device.devices import get_spec
+    from lightning_anyaccel.strategies import AnyDeepSpeedStrategy, ShardingNotSupportedError, sharded
 
     strategy = AnyDeepSpeedStrategy(stage=2, parallel_devices=[torch.device("cpu")] * 2)
     spec = dataclasses.replace(get_spec("cpu"), vendor_module="not_an_installed_vendor.torch")
-    monkeypatch.setattr(sharded.AnyShardedMixin, "_spec", property(lambda self: spec))
+    monkeypatch.setattr(sharded.AnyShardedMixin, "spec", property(lambda self: spec))
     with pytest.raises(ShardingNotSupportedError, match="needs `not_an_installed_vendor.torch`, which is not installed"
                        r".*would run its CPU accelerator on the device's tensors"):
         strategy._validate_device_setup()  # what the launching process runs before it starts any worker

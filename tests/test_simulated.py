@@ -29,7 +29,7 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 
 import lightning_anyaccel  # noqa: F401  (registers names)
 from fakes import FakeDeviceModule, install_fake_device
-from front_ends import EVERY_FRONT_END, FrontEnd
+from front_ends import EVERY_FRONT_END, FrontEndCase
 from lightning_anyaccel import (
     AnyAccelerator,
     DeviceCountError,
@@ -37,12 +37,12 @@ from lightning_anyaccel import (
     get_spec,
     resolve_backend,
 )
-from lightning_anyaccel import devices as devices_mod
-from lightning_anyaccel.distributed import BackendError, ForkAfterInitError
+from lightning_anyaccel.device import devices as devices_mod
+from lightning_anyaccel.device.distributed import BackendError, ForkAfterInitError
+from lightning_anyaccel.device.precision import PrecisionNotSupportedError, align_precision_plugin
+from lightning_anyaccel.device.runtime import DeviceNotAvailableError
 from lightning_anyaccel.fabric import AnyDDPStrategy, AnySingleDeviceStrategy, seed_everything
-from lightning_anyaccel.precision import PrecisionNotSupportedError, align_precision_plugin
-from lightning_anyaccel.runtime import DeviceNotAvailableError
-from lightning_anyaccel.strategies.common import NotebookLaunchError
+from lightning_anyaccel.strategies.errors import NotebookLaunchError
 
 SCRIPTS = Path(__file__).parent / "scripts"
 # Built-in (non-PrivateUse1) device types: simulated in this process.
@@ -103,7 +103,7 @@ def test_device_lists_that_select_nothing_or_twice(monkeypatch):
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_more_devices_than_exist(fake_device, front_end: FrontEnd):
+def test_more_devices_than_exist(fake_device, front_end: FrontEndCase):
     fake_device("xpu", backend="xccl")
     with pytest.raises(DeviceCountError, match=r"devices=4 asks for Intel GPU \(XPU\) device\(s\) \[2, 3\], but this"
                                                r" machine has 2 \(xpu:0..1\)"):
@@ -112,7 +112,7 @@ def test_more_devices_than_exist(fake_device, front_end: FrontEnd):
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize("device_type", simulated("single_device", *IN_PROCESS))
-def test_single_device_strategy_takes_selected_device(fake_device, front_end: FrontEnd, device_type):
+def test_single_device_strategy_takes_selected_device(fake_device, front_end: FrontEndCase, device_type):
     fake_device(device_type, count=2 if device_type != "mps" else 1)
     if get_spec(device_type).process_device_env:  # Gaudi: a card is chosen by HABANA_VISIBLE_MODULES, not an index
         with pytest.raises(DeviceCountError, match="HABANA_VISIBLE_MODULES=1 and pass devices=1"):
@@ -164,7 +164,7 @@ def test_backend_follows_device_table(monkeypatch, device_type):
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize("device_type", simulated("ddp", "xpu", "hpu", "cuda"))
-def test_ddp_uses_device_backend_and_precision(fake_device, front_end: FrontEnd, device_type):
+def test_ddp_uses_device_backend_and_precision(fake_device, front_end: FrontEndCase, device_type):
     backend = EXPECTED_BACKEND[device_type]
     fake_device(device_type, backend=backend)
     built = front_end.build(accelerator=front_end.package.AnyAccelerator(device_type), strategy="any_ddp", devices=2,
@@ -181,7 +181,7 @@ def test_ddp_uses_device_backend_and_precision(fake_device, front_end: FrontEnd,
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_hpu_never_gets_the_fake_backend(fake_device, front_end: FrontEnd):
+def test_hpu_never_gets_the_fake_backend(fake_device, front_end: FrontEndCase):
     # Lightning's import registers hpu -> 'fake' in torch's default map; we must not use it.
     assert dist.Backend.default_device_backend_map.get("hpu") == "fake"
     fake_device("hpu", backend="hccl")
@@ -196,7 +196,7 @@ def test_hpu_never_gets_the_fake_backend(fake_device, front_end: FrontEnd):
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_unregistered_backend_names_the_fix(fake_device, front_end: FrontEnd):
+def test_unregistered_backend_names_the_fix(fake_device, front_end: FrontEndCase):
     fake_device("xpu")  # this CPU build has no xccl
     with pytest.raises(BackendError, match=r"The collective backend 'xccl' for Intel GPU \(XPU\) \('xpu'\) is not"
                                            r" registered .* pass a registered one with") as raised:
@@ -222,7 +222,7 @@ def test_mixed_precision_is_rebuilt_for_the_device(monkeypatch, device_type):
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_precision_plugin_for_cuda_is_rebuilt(fake_device, front_end: FrontEnd) -> None:
+def test_precision_plugin_for_cuda_is_rebuilt(fake_device, front_end: FrontEndCase) -> None:
     fake_device("xpu", backend="xccl")
     built = front_end.build(accelerator="xpu", strategy="any_ddp", devices=2,
                             plugins=[front_end.mixed_precision("bf16-mixed", device="cuda")])
@@ -253,7 +253,7 @@ def test_unsupported_precision_fails_fast(fake_device, monkeypatch) -> None:
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize("device_type", ["cuda", "xpu"])
-def test_device_without_bf16_fails_before_training(fake_device, front_end: FrontEnd, device_type) -> None:
+def test_device_without_bf16_fails_before_training(fake_device, front_end: FrontEndCase, device_type) -> None:
     fake = fake_device(device_type, count=1, bf16=False, backend=EXPECTED_BACKEND[device_type])
     built = front_end.build(accelerator=front_end.package.AnyAccelerator(device_type), strategy="any_single", devices=[0],
                             precision="bf16-mixed")
@@ -310,7 +310,7 @@ def test_lightning_single_strategy_on_cpu_allowed() -> None:
 
 @pytest.mark.simulates("xpu", "fork_safety")
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_fork_refused_after_device_init(fake_device, front_end: FrontEnd):
+def test_fork_refused_after_device_init(fake_device, front_end: FrontEndCase):
     fake_device("xpu", initialized=True, backend="xccl")
     with pytest.raises(ForkAfterInitError, match=r"Intel GPU \(XPU\) was already initialised in this process.*"
                                                   r"strategy='any_ddp' \(popen") as raised:
@@ -322,7 +322,7 @@ def test_fork_refused_after_device_init(fake_device, front_end: FrontEnd):
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_fork_launcher_checks_right_before_forking(fake_device, front_end: FrontEnd):
+def test_fork_launcher_checks_right_before_forking(fake_device, front_end: FrontEndCase):
     fake = fake_device("xpu", backend="xccl")
     built = front_end.build(accelerator=front_end.package.AnyAccelerator("xpu"), strategy="any_ddp_fork", devices=2)
     fake.initialized = True  # e.g. a notebook cell touched the device after the Trainer/Fabric was made

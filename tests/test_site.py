@@ -40,6 +40,7 @@ import notebook_cache  # noqa: E402
 
 HTML = ROOT / "_build" / "html"
 from _browser import CHROMIUM, launched_chromium  # noqa: E402
+
 BUILD_TIMEOUT_S = 540
 SOURCES = ["conf.py", "docs", "notebooks", "src", "CHANGELOG.md", "benchmarks/results", "scripts/launch", "pyproject.toml"]
 NOTEBOOK_PAGES = ["01_verify_environment", "02_single_card", "03_multi_card", "04_multi_node", "05_finetune_transformer"]
@@ -269,7 +270,7 @@ def test_internal_links_resolve(site):
 
 
 def test_support_matrix_lists_every_device_of_the_table(site, browser):
-    from lightning_anyaccel.devices import DEVICE_TABLE
+    from lightning_anyaccel.device.devices import DEVICE_TABLE
 
     visit = PageVisit(browser, urljoin(site, "docs/support_matrix.html"))
     try:
@@ -472,7 +473,7 @@ def test_double_hyphens_reach_the_page_as_typed(site):
     that typography made out of ``--`` is (pip: "Invalid requirement: '–index-url'")."""
     import re
 
-    from lightning_anyaccel.devices import DEVICE_TABLE
+    from lightning_anyaccel.device.devices import DEVICE_TABLE
 
     sources = [p.read_text(encoding="utf-8") for p in (ROOT / "docs").rglob("*.md")]
     sources += [spec.install for spec in DEVICE_TABLE.values()]
@@ -490,6 +491,7 @@ def test_install_commands_have_no_placeholders(site):
     """No ``<...>`` in a command and no ``<words with spaces>`` anywhere; the repository URL is the one
     of ``pyproject.toml`` and every page that tells how to install shows it in a command."""
     import re
+
     import tomllib
 
     repository = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"].rstrip("/")
@@ -512,9 +514,9 @@ def test_install_commands_have_no_placeholders(site):
 def test_front_page_links_every_device_status_page(site, browser):
     """One badge per device type on the front page; each opens that device's page, which has the
     install, the lines to change, the check and the status the badge showed."""
-    from lightning_anyaccel.devices import DEVICE_TABLE
-
     import anyaccel_docs
+
+    from lightning_anyaccel.device.devices import DEVICE_TABLE
 
     validation = anyaccel_docs.load_validation(ROOT).get("devices", {})
     visit = PageVisit(browser, urljoin(site, "docs/index.html"))
@@ -549,7 +551,7 @@ def test_users_benchmark_page_is_short_with_one_chart(site, browser):
         assert images.first.evaluate("img => img.complete ? img.naturalWidth : 0") > 100
         hrefs = [a.get_attribute("href") or "" for a in article.locator("a").all()]
         assert any(h.startswith("benchmarks.html") for h in hrefs), hrefs  # the details, one click away
-        from lightning_anyaccel.devices import DEVICE_TABLE
+        from lightning_anyaccel.device.devices import DEVICE_TABLE
 
         results = [p.stem for p in (ROOT / "benchmarks" / "results").glob("*.json") if p.stem in DEVICE_TABLE]
         sentences = article.locator("li").all_inner_texts()
@@ -564,12 +566,14 @@ def test_troubleshooting_names_every_error_of_the_package(site):
     import inspect
 
     import lightning_anyaccel
-    from lightning_anyaccel import checkpoint, launch_layout, precision, runtime
-    from lightning_anyaccel import accelerator, distributed, policy
-    from lightning_anyaccel.strategies import common, sharding
+    from lightning_anyaccel import accelerator, policy
+    from lightning_anyaccel.checkpoints import checkpoint
+    from lightning_anyaccel.cluster import launch_layout
+    from lightning_anyaccel.device import distributed, precision, runtime
+    from lightning_anyaccel.strategies import errors
 
     classes = {name for module in (lightning_anyaccel, accelerator, checkpoint, distributed, launch_layout, policy,
-                                   precision, runtime, common, sharding)
+                                   precision, runtime, errors)
                for name, value in vars(module).items()
                if inspect.isclass(value) and issubclass(value, Exception)
                and value.__module__.startswith("lightning_anyaccel")}

@@ -10,7 +10,7 @@ import lightning as L
 import torch
 
 from lightning_anyaccel import AnyAccelerator
-from lightning_anyaccel.sync_batchnorm import DeviceLayerSync, DeviceSyncBatchNorm, has_sync_batchnorm_kernels
+from lightning_anyaccel.device.sync_batchnorm import DeviceLayerSync, DeviceSyncBatchNorm, has_sync_batchnorm_kernels
 
 
 def _cnn() -> torch.nn.Module:

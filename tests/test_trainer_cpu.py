@@ -23,13 +23,13 @@ from lightning.pytorch.callbacks import Callback, DeviceStatsMonitor
 from lightning.pytorch.loggers import CSVLogger
 
 import lightning_anyaccel  # noqa: F401  (registers names)
-from lightning_anyaccel import AnyAccelerator, AnySingleDeviceStrategy, runtime
-from lightning_anyaccel.demo import DemoModel, demo_loader
-from lightning_anyaccel.devices import get_spec
-from lightning_anyaccel.distributed import ForkAfterInitError
-
 from conftest import DDP_TIMEOUT, SRC, rank_device
-from front_ends import EVERY_FRONT_END, FRONT_ENDS, FrontEnd
+from front_ends import EVERY_FRONT_END, FRONT_ENDS, FrontEndCase
+from lightning_anyaccel import AnyAccelerator, AnySingleDeviceStrategy
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import get_spec
+from lightning_anyaccel.device.distributed import ForkAfterInitError
+from lightning_anyaccel.tools.demo import DemoModel, demo_loader
 
 TRAIN = str(Path(__file__).parent / "scripts" / "train.py")
 
@@ -82,7 +82,7 @@ def test_single_device_fit_learns(flags, device_type):
 @pytest.mark.device_generic
 @pytest.mark.feature("mixed_precision")
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
-def test_bf16_mixed_autocast_active_in_training_step(front_end: FrontEnd, device_type):
+def test_bf16_mixed_autocast_active_in_training_step(front_end: FrontEndCase, device_type):
     built, model = _fit_through(front_end, accelerator=AnyAccelerator(), strategy="any_single", devices=1,
                                 precision="bf16-mixed")
     assert front_end.precision(built).device == device_type
@@ -92,7 +92,7 @@ def test_bf16_mixed_autocast_active_in_training_step(front_end: FrontEnd, device
     assert built.strategy.broadcast({"token": "from-rank-0"}) == {"token": "from-rank-0"}
 
 
-def _fit_through(front_end: FrontEnd, **flags):
+def _fit_through(front_end: FrontEndCase, **flags):
     """:func:`_fit` for the Trainer; for Fabric, the same model and data in the loop ``Trainer.fit`` runs."""
     if front_end.side == "trainer":
         return _fit(**flags)
@@ -117,7 +117,7 @@ def _fit_with_fabric(fabric, model, steps: int = 6) -> None:
 @pytest.mark.device_generic
 @pytest.mark.feature("mixed_precision")
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
-def test_16_mixed_uses_device_scaler(front_end: FrontEnd, device_type):
+def test_16_mixed_uses_device_scaler(front_end: FrontEndCase, device_type):
     """Lightning builds 16-mixed for 'cuda' on an accelerator instance; ours autocasts and scales on the device."""
     flags = dict(accelerator=AnyAccelerator(device_type), strategy="any_single", devices=1, precision="16-mixed")
     built, model = _fit_through(front_end, **flags)
@@ -140,7 +140,7 @@ def test_device_report_names_the_device_used(device_type, caplog, lightning_info
     import logging
     import warnings
 
-    from lightning_anyaccel import runtime
+    from lightning_anyaccel.device import runtime
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -186,7 +186,7 @@ SCRIPTS = {"trainer": TRAIN, "fabric": str(Path(__file__).parent / "scripts" / "
 #: The launcher each start method gets: Lightning's for popen (it re-runs the script), the package's otherwise.
 LAUNCHERS = {"any_ddp": "_SubprocessScriptLauncher", "any_ddp_spawn": "AnyMultiProcessingLauncher",
              "any_ddp_fork": "AnyMultiProcessingLauncher"}
-def _run_script(python_runner, front_end: FrontEnd, out: Path, *args: str) -> list[dict]:
+def _run_script(python_runner, front_end: FrontEndCase, out: Path, *args: str) -> list[dict]:
     proc = python_runner([SCRIPTS[front_end.side], "--out", str(out), *args], timeout=DDP_TIMEOUT)
     assert proc.returncode == 0, proc.stdout[-4000:]
     return _ranks(out)
@@ -198,7 +198,7 @@ def _run_script(python_runner, front_end: FrontEnd, out: Path, *args: str) -> li
 @pytest.mark.feature("ddp", processes=2)
 @pytest.mark.parametrize("strategy", ["any_ddp", "any_ddp_spawn", "any_ddp_fork"])
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
-def test_ddp_two_processes(python_runner, tmp_path, front_end: FrontEnd, strategy, device):
+def test_ddp_two_processes(python_runner, tmp_path, front_end: FrontEndCase, strategy, device):
     """Two real processes per start method: our strategy and launcher, the device's backend, the precision
     on the device (bf16-mixed; 32-true with fork: no autocast at all), collectives right, ranks in sync."""
     # spawn on a device: lightning-habana's form, AnyDDPStrategy(parallel_devices=[torch.device(TYPE)] * 2)
@@ -257,7 +257,7 @@ def test_lightnings_ddp_spawn_with_any_accelerator_keeps_ranks_in_sync(python_ru
 @pytest.mark.needs_devices(2)
 @pytest.mark.feature("checkpoint", processes=2)
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
-def test_checkpoint_from_two_processes_resumes_on_one(python_runner, tmp_path, monkeypatch, front_end: FrontEnd,
+def test_checkpoint_from_two_processes_resumes_on_one(python_runner, tmp_path, monkeypatch, front_end: FrontEndCase,
                                                       device):
     """Saved by 2 processes, loaded by 1 (in this process): the weights restored, the step count continued."""
     ckpt, out1, out2 = tmp_path / "last.ckpt", tmp_path / "run1", tmp_path / "run2"
@@ -344,7 +344,7 @@ def test_names_register():
 @pytest.mark.device_generic
 @pytest.mark.needs_devices(2)
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_ddp_strategy_instance_and_registry_names(front_end: FrontEnd, device):
+def test_ddp_strategy_instance_and_registry_names(front_end: FrontEndCase, device):
     ddp = front_end.package.AnyDDPStrategy
     built = front_end.build(accelerator="any", strategy="any_ddp_spawn", devices=2)
     assert type(built.strategy) is ddp and built.strategy._start_method == "spawn"

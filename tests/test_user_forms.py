@@ -18,7 +18,7 @@ import torch
 
 import lightning_anyaccel  # noqa: F401  (registers the names)
 from fakes import install_fake_device
-from front_ends import EVERY_FRONT_END, EVERY_TRAINER, FABRIC, TRAINER, FrontEnd
+from front_ends import EVERY_FRONT_END, EVERY_TRAINER, FABRIC, TRAINER, FrontEndCase
 from lightning_anyaccel.policy import FrontEndMismatchError, StrategyNotSupportedError
 from lightning_anyaccel import ShardingNotSupportedError
 
@@ -28,7 +28,7 @@ from lightning_anyaccel import ShardingNotSupportedError
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize(("device_type", "backend"), [("hpu", "hccl"), ("xpu", "xccl")])
-def test_accelerator_alone_on_eight_devices_is_ddp(monkeypatch, front_end: FrontEnd, device_type, backend) -> None:
+def test_accelerator_alone_on_eight_devices_is_ddp(monkeypatch, front_end: FrontEndCase, device_type, backend) -> None:
     """The vendor READMEs' first line: ``Trainer(accelerator="hpu", devices=8)``, by name and by instance."""
     install_fake_device(monkeypatch, device_type, count=8, backend=backend)
     for accelerator in (device_type, front_end.package.AnyAccelerator(device_type)):
@@ -41,7 +41,7 @@ def test_accelerator_alone_on_eight_devices_is_ddp(monkeypatch, front_end: Front
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_accelerator_alone_on_one_device_trains_there(monkeypatch, front_end: FrontEnd) -> None:
+def test_accelerator_alone_on_one_device_trains_there(monkeypatch, front_end: FrontEndCase) -> None:
     """One device: the device the user selected, with mixed precision on its type (Lightning: CPU, CUDA autocast)."""
     install_fake_device(monkeypatch, "xpu", count=2)
     trainer_or_fabric = front_end.build(accelerator="xpu", devices=[1], precision="bf16-mixed")
@@ -53,7 +53,7 @@ def test_accelerator_alone_on_one_device_trains_there(monkeypatch, front_end: Fr
 
 
 @pytest.mark.parametrize("front_end", EVERY_TRAINER)
-def test_hpu_by_name_is_no_longer_refused(monkeypatch, front_end: FrontEnd) -> None:
+def test_hpu_by_name_is_no_longer_refused(monkeypatch, front_end: FrontEndCase) -> None:
     """Lightning 2.6 answers ``accelerator="hpu"`` with "HPU is currently not supported" for auto strategies."""
     install_fake_device(monkeypatch, "hpu", count=1, backend="hccl")
     strategy = front_end.build(accelerator="hpu", devices=1).strategy
@@ -61,7 +61,7 @@ def test_hpu_by_name_is_no_longer_refused(monkeypatch, front_end: FrontEnd) -> N
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_accelerator_alone_in_a_notebook_forks(monkeypatch, front_end: FrontEnd) -> None:
+def test_accelerator_alone_in_a_notebook_forks(monkeypatch, front_end: FrontEndCase) -> None:
     from lightning.fabric.utilities import imports
 
     monkeypatch.setattr(imports, "_IS_INTERACTIVE", True)
@@ -82,7 +82,7 @@ NAMES = [
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize(("name", "cls", "attributes"), NAMES, ids=[n[0] for n in NAMES])
-def test_lightning_names_select_the_packages_strategy(front_end: FrontEnd, name, cls, attributes) -> None:
+def test_lightning_names_select_the_packages_strategy(front_end: FrontEndCase, name, cls, attributes) -> None:
     strategy = front_end.build(accelerator="any", strategy=name, devices=2).strategy
     assert isinstance(strategy, getattr(front_end.package, cls))
     for attribute, value in attributes.items():
@@ -92,7 +92,7 @@ def test_lightning_names_select_the_packages_strategy(front_end: FrontEnd, name,
 
 
 @pytest.mark.parametrize("front_end", EVERY_TRAINER)
-def test_find_unused_parameters_names(front_end: FrontEnd) -> None:
+def test_find_unused_parameters_names(front_end: FrontEndCase) -> None:
     strategy = front_end.build(accelerator="any", strategy="ddp_find_unused_parameters_true",
                                devices=2).strategy
     assert isinstance(strategy, front_end.package.AnyDDPStrategy)
@@ -100,7 +100,7 @@ def test_find_unused_parameters_names(front_end: FrontEnd) -> None:
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_lightning_strategy_instances_are_refused_on_vendor_devices(monkeypatch, front_end: FrontEnd) -> None:
+def test_lightning_strategy_instances_are_refused_on_vendor_devices(monkeypatch, front_end: FrontEndCase) -> None:
     install_fake_device(monkeypatch, "hpu", count=2, backend="hccl")
     strategies = front_end.lightning.strategies
     for lightning_strategy, suggestion in ((strategies.DDPStrategy(), "any_ddp"),
@@ -110,7 +110,7 @@ def test_lightning_strategy_instances_are_refused_on_vendor_devices(monkeypatch,
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_builtin_accelerators_see_no_change(front_end: FrontEnd) -> None:
+def test_builtin_accelerators_see_no_change(front_end: FrontEndCase) -> None:
     """Lightning's own accelerator names keep Lightning's own strategy choices."""
     assert type(front_end.build(accelerator="cpu", devices=2).strategy).__name__ == "DDPStrategy"
     assert type(front_end.build(accelerator="cpu", strategy="ddp", devices=2).strategy).__name__ == "DDPStrategy"
@@ -120,14 +120,14 @@ def test_builtin_accelerators_see_no_change(front_end: FrontEnd) -> None:
 # ----- both packages, and not mixed ---------------------------------------------------------------------
 
 
-def _registered(front_end: FrontEnd) -> list[str]:
+def _registered(front_end: FrontEndCase) -> list[str]:
     strategies = front_end.lightning.strategies
     registry = strategies.StrategyRegistry if front_end.side == "trainer" else strategies.STRATEGY_REGISTRY
     return sorted(name for name in registry if name.startswith("any_"))
 
 
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
-def test_every_registered_name_builds_on_its_front_end(front_end: FrontEnd) -> None:
+def test_every_registered_name_builds_on_its_front_end(front_end: FrontEndCase) -> None:
     names = _registered(front_end)
     assert {"any_single", "any_ddp", "any_ddp_spawn", "any_fsdp", "any_fsdp2", "any_deepspeed_stage_3"} <= set(names)
     assert _registered(TRAINER if front_end.side == "trainer" else FABRIC) == names  # the same names on both packages
@@ -148,7 +148,7 @@ def test_every_registered_name_builds_on_its_front_end(front_end: FrontEnd) -> N
 
 
 @pytest.mark.parametrize("front_end", EVERY_TRAINER)
-def test_package_classes_pickle_on_their_front_end(front_end: FrontEnd) -> None:
+def test_package_classes_pickle_on_their_front_end(front_end: FrontEndCase) -> None:
     """``spawn`` pickles the strategy and its launcher: ported classes must be found again by name."""
     module = front_end.package
     strategy = front_end.build(accelerator="any", strategy="any_ddp_spawn", devices=2).strategy

@@ -12,9 +12,9 @@ import time
 import psutil
 import pytest
 
-from lightning_anyaccel import records, validate
-
 from conftest import ROOT
+from lightning_anyaccel import validate
+from lightning_anyaccel.tools import records
 
 
 @pytest.mark.slow

@@ -100,21 +100,24 @@ def test_failed_check_fails_the_report(monkeypatch):
     assert verify.main(["--device", "cpu"]) == 1
 
 
-@pytest.mark.parametrize("module", ["devices", "optimizer_params", "verify", "records", "runtime", "precision", "distributed", "checkpoint", "accelerator",
-                                    "_compat", "strategies.single", "sharded_precision", "strategies.fsdp",
-                                    "strategies.model_parallel", "strategies.deepspeed", "strategies.common",
-                                    "strategies.sharding", "sync_batchnorm", "compilation", "build_locks",
-                                    "strategies.steps", "strategies.base", "strategies.multi_process",
-                                    "strategies.sharded", "strategies.ddp", "fabric.strategies", "front_ends", "local_runs",
-                                    "lightning_hooks", "atomic_commit", "gloo_interface", "rendezvous",
+@pytest.mark.parametrize("module", ["device.devices", "checkpoints.optimizer_params", "verify", "tools.records",
+                                    "device.runtime", "device.precision", "device.distributed",
+                                    "checkpoints.checkpoint", "accelerator", "_compat", "strategies.single",
+                                    "device.sharded_precision", "strategies.fsdp", "strategies.model_parallel",
+                                    "strategies.deepspeed", "device.sync_batchnorm", "device.compilation",
+                                    "cluster.build_locks", "strategies.steps", "strategies.base",
+                                    "strategies.multi_process", "strategies.sharded", "strategies.ddp",
+                                    "fabric.strategies", "front_ends", "tools.local_runs", "lightning_stubs",
+                                    "checkpoints.atomic_commit", "cluster.gloo_interface", "cluster.rendezvous",
                                     "_lightning", "_lightning.porting", "_lightning.names", "_lightning.accessors",
-                                    "auto", "activation"])
+                                    "auto", "activation", "device.spec", "strategies.families",
+                                    "strategies.deepspeed_checks"])
 def test_docstring_examples(module):
     import doctest
     import importlib
 
     mod = importlib.import_module(f"lightning_anyaccel.{module}")
-    if module == "strategies.deepspeed":
+    if module.startswith("strategies.deepspeed"):
         # DeepSpeed logs its accelerator choice to stdout when it is first imported: import it before the
         # examples run, so that they compare only their own output whatever ran before in this process
         importlib.import_module("deepspeed")

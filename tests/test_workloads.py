@@ -180,7 +180,7 @@ def test_compile_refuses_inductor_up_front_where_it_has_no_code_generator(device
     from lightning.pytorch.demos.boring_classes import BoringModel
 
     import lightning_anyaccel
-    from lightning_anyaccel.compilation import CompileNotSupportedError, inductor_supports
+    from lightning_anyaccel.device.compilation import CompileNotSupportedError, inductor_supports
 
     if inductor_supports(device.type):
         pytest.skip(f"Inductor compiles for {device.type!r}")
@@ -243,7 +243,7 @@ def test_compile_helper_picks_a_backend_that_compiles_for_the_device():
     import torch
 
     import lightning_anyaccel
-    from lightning_anyaccel.compilation import CompileNotSupportedError, inductor_supports
+    from lightning_anyaccel.device.compilation import CompileNotSupportedError, inductor_supports
 
     assert inductor_supports("cpu")
     assert not inductor_supports("no_such_device")

@@ -1,6 +1,6 @@
 """``pytest --validation-record PATH``: the run writes its validation record (docs/validate_hardware.md).
 
-The record (format and checks: ``lightning_anyaccel.records``) holds every test's outcome and the
+The record (format and checks: ``lightning_anyaccel.tools.records``) holds every test's outcome and the
 features each passing test proves. A test names those features with the marker
 ``@pytest.mark.feature("ddp", ..., processes=N)`` (``processes``: how many processes it trains with;
 ``1`` for a multi-process strategy run as one process). Credit goes to the device under test only
@@ -13,7 +13,7 @@ device type and the features; ``--simulated-records DIR`` writes ``DIR/<type>-si
 each simulated type, from those tests alone. Such a test is never credited to the device under test.
 
 The commit comes from git in this checkout, or from ``LIGHTNING_ANYACCEL_COMMIT`` in a copy of the
-tree without ``.git`` (``lightning_anyaccel.records.provenance``).
+tree without ``.git`` (``lightning_anyaccel.tools.records.provenance``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from lightning_anyaccel import records
+from lightning_anyaccel.tools import records
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What an emulated record proves and what it does not, written into it.

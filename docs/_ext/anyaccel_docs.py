@@ -1,12 +1,12 @@
 """Sphinx extension of the lightning-anyaccel documentation.
 
 - `anyaccel-support-matrix`, `anyaccel-install-table`, `anyaccel-validation`: directives
-  that build their tables at build time from `lightning_anyaccel.devices.DEVICE_TABLE`, the
-  validation records `docs/records/` (each written by its run: `lightning_anyaccel.records`) and
+  that build their tables at build time from `lightning_anyaccel.device.devices.DEVICE_TABLE`, the
+  validation records `docs/records/` (each written by its run: `lightning_anyaccel.tools.records`) and
   `docs/validation.toml`, so the pages can not drift from the code or from what was run. Each
   record's age is the number of commits to the code it covers since its commit (`git` at build
   time; "age unknown" without the history, as in a shallow clone); past
-  `lightning_anyaccel.records.STALE_AFTER` it is marked stale.
+  `lightning_anyaccel.tools.records.STALE_AFTER` it is marked stale.
 - `anyaccel-device-status`: the front page's status badge per device family, linking to the
   per-device pages `docs/devices/<type>.md`, which `write_device_pages` generates (install, the lines
   to change, `verify`, what ran, known limitations there) before Sphinx reads the sources.
@@ -63,7 +63,7 @@ STATUS_TEXT = {
 }
 
 #: The three levels of evidence, strongest first: a record ``docs/records/<type>-<level>.toml``
-#: (lightning_anyaccel.records) for each.
+#: (lightning_anyaccel.tools.records) for each.
 LEVELS = ("hardware", "emulated", "simulated")
 
 #: Feature columns of the per-feature table (keys of a level's ``features``).
@@ -84,8 +84,8 @@ FEATURE_NAMES = {
 
 def load_records(srcdir: Path) -> dict[str, dict[str, Any]]:
     """Every record under ``docs/records`` by its path relative to it (``cpu-hardware``,
-    ``torch-oldest/npu-emulated``), each with its ``_age`` (:func:`lightning_anyaccel.records.age`)."""
-    from lightning_anyaccel import records
+    ``torch-oldest/npu-emulated``), each with its ``_age`` (:func:`lightning_anyaccel.tools.records.age`)."""
+    from lightning_anyaccel.tools import records
 
     found = {}
     root = srcdir / records.RECORD_DIR
@@ -119,7 +119,7 @@ def load_validation(srcdir: Path) -> dict[str, Any]:
 
 def age_text(record: dict[str, Any]) -> str:
     """``commit 1a2b3c4d5e, 3 commits to its code since`` (or ``stale: ...``, ``age unknown``)."""
-    from lightning_anyaccel.records import STALE_AFTER
+    from lightning_anyaccel.tools.records import STALE_AFTER
 
     commit = str(record.get("commit", "unknown"))
     text = f"commit {commit[:10]}" + ("" if record.get("tree_clean") else " with uncommitted changes")
@@ -132,7 +132,7 @@ def age_text(record: dict[str, Any]) -> str:
 
 
 def is_stale(record: dict[str, Any]) -> bool:
-    from lightning_anyaccel.records import STALE_AFTER
+    from lightning_anyaccel.tools.records import STALE_AFTER
 
     return isinstance(record.get("_age"), int) and record["_age"] > STALE_AFTER
 
@@ -249,7 +249,7 @@ class _TableDirective(SphinxDirective):
         self.env.note_dependency(str(Path(self.env.srcdir) / "docs" / "validation.toml"))
         for path in sorted((Path(self.env.srcdir) / "docs" / "records").rglob("*.toml")):
             self.env.note_dependency(str(path))
-        import lightning_anyaccel.devices as devices
+        import lightning_anyaccel.device.devices as devices
 
         self.env.note_dependency(devices.__file__)
         return list(self.tables())
@@ -259,7 +259,8 @@ class SupportMatrix(_TableDirective):
     """Every device type of the device table: names, backend, precisions, behaviour, status."""
 
     def tables(self) -> list[nodes.table]:
-        from lightning_anyaccel.devices import DEVICE_TABLE, PRECISION_DTYPES
+        from lightning_anyaccel.device.devices import DEVICE_TABLE
+        from lightning_anyaccel.device.spec import PRECISION_DTYPES
 
         validation = load_validation(Path(self.env.srcdir)).get("devices", {})
         rows = []
@@ -291,7 +292,7 @@ class DeviceDetails(_TableDirective):
     """Per device type: vendor package, memory statistics, seeding, profiler, notes."""
 
     def tables(self) -> list[nodes.table]:
-        from lightning_anyaccel.devices import DEVICE_TABLE
+        from lightning_anyaccel.device.devices import DEVICE_TABLE
 
         rows = []
         for spec in DEVICE_TABLE.values():
@@ -317,7 +318,7 @@ class InstallTable(_TableDirective):
     """Per device type: which PyTorch to install first, and the vendor package to import."""
 
     def tables(self) -> list[nodes.table]:
-        from lightning_anyaccel.devices import DEVICE_TABLE
+        from lightning_anyaccel.device.devices import DEVICE_TABLE
 
         rows = []
         for spec in DEVICE_TABLE.values():
@@ -356,7 +357,7 @@ class ValidationTable(_TableDirective):
     """The ends of the supported ranges and, per device type, what ran where, from the records."""
 
     def tables(self) -> list[nodes.table]:
-        from lightning_anyaccel.devices import DEVICE_TABLE
+        from lightning_anyaccel.device.devices import DEVICE_TABLE
 
         data = load_validation(Path(self.env.srcdir))
         devices = data.get("devices", {})
@@ -482,7 +483,7 @@ def device_page(spec: Any, entry: dict[str, Any], limitations: str) -> str:
 
 def write_device_pages(app: Sphinx) -> None:
     """Write ``docs/devices/<type>.md`` for every device type (only files whose text changed)."""
-    from lightning_anyaccel.devices import DEVICE_TABLE
+    from lightning_anyaccel.device.devices import DEVICE_TABLE
 
     srcdir = Path(app.srcdir)
     validation = load_validation(srcdir).get("devices", {})
@@ -505,7 +506,7 @@ class DeviceStatus(_TableDirective):
     """Per device family: a status badge linking to its generated page (the front page)."""
 
     def tables(self) -> list[nodes.Node]:
-        from lightning_anyaccel.devices import DEVICE_TABLE
+        from lightning_anyaccel.device.devices import DEVICE_TABLE
 
         validation = load_validation(Path(self.env.srcdir)).get("devices", {})
         here = Path(self.env.docname).parent

@@ -6,9 +6,10 @@ Executed for real by ``tests/test_migration.py`` (2 processes on CPU).
 
 import sys
 
-import lightning_anyaccel  # noqa: F401  (registers "any"; maps "ddp" to the package's DDP)
 from lightning import Trainer
-from lightning_anyaccel.demo import DemoModel, demo_loader
+
+import lightning_anyaccel  # noqa: F401  (registers "any"; maps "ddp" to the package's DDP)
+from lightning_anyaccel.tools.demo import DemoModel, demo_loader
 
 trainer = Trainer(accelerator="any", devices=2, strategy="ddp", precision="bf16-mixed", max_epochs=4)
 

@@ -25,31 +25,25 @@ from lightning_anyaccel._compat import check_torch
 
 check_torch()
 
+from lightning_anyaccel._version import __version__  # noqa: E402
 from lightning_anyaccel.accelerator import (  # noqa: E402
     AnyAccelerator,
     DeviceCountError,
     DeviceTypeError,
     accelerator_class,
 )
-from lightning_anyaccel.checkpoint import portable_map_location  # noqa: E402
-from lightning_anyaccel.compilation import CompileNotSupportedError, compile  # noqa: E402
-from lightning_anyaccel.devices import DEVICE_TABLE, DeviceSpec, get_spec, register_device  # noqa: E402
-from lightning_anyaccel.distributed import BackendError, ForkAfterInitError, resolve_backend  # noqa: E402
+from lightning_anyaccel.checkpoints.checkpoint import portable_map_location  # noqa: E402
+from lightning_anyaccel.device.compilation import CompileNotSupportedError, compile  # noqa: E402
+from lightning_anyaccel.device.devices import DEVICE_TABLE, DeviceSpec, get_spec, register_device  # noqa: E402
+from lightning_anyaccel.device.distributed import BackendError, ForkAfterInitError, resolve_backend  # noqa: E402
+from lightning_anyaccel.device.precision import PrecisionNotSupportedError  # noqa: E402
+from lightning_anyaccel.device.runtime import DeviceNotAvailableError, detect_device_type  # noqa: E402
+from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision  # noqa: E402
 from lightning_anyaccel.policy import FrontEndMismatchError, StrategyNotSupportedError  # noqa: E402
-from lightning_anyaccel.precision import PrecisionNotSupportedError  # noqa: E402
-from lightning_anyaccel.runtime import DeviceNotAvailableError, detect_device_type  # noqa: E402
-from lightning_anyaccel.sharded_precision import AnyFSDPPrecision  # noqa: E402
-from lightning_anyaccel.strategies import (  # noqa: E402
-    AnyDDPStrategy,
-    AnyDeepSpeedStrategy,
-    AnyFSDPStrategy,
-    AnyModelParallelStrategy,
-    AnySingleDeviceStrategy,
-    DeepSpeedNotInstalledError,
-    ShardingNotSupportedError,
-)
+from lightning_anyaccel.strategies import DeepSpeedNotInstalledError, ShardingNotSupportedError  # noqa: E402
+from lightning_anyaccel.strategies.families import trainer_strategies  # noqa: E402
 
-from lightning_anyaccel._version import __version__  # noqa: E402
+globals().update(trainer_strategies())  # AnyDDPStrategy, ...: one per row of strategies.families.FAMILIES
 
 
 def register() -> None:
@@ -62,14 +56,10 @@ def register() -> None:
 register()
 
 __all__ = [
+    *trainer_strategies(),
     "DEVICE_TABLE",
     "AnyAccelerator",
-    "AnyDDPStrategy",
-    "AnyDeepSpeedStrategy",
     "AnyFSDPPrecision",
-    "AnyFSDPStrategy",
-    "AnyModelParallelStrategy",
-    "AnySingleDeviceStrategy",
     "BackendError",
     "CompileNotSupportedError",
     "DeepSpeedNotInstalledError",

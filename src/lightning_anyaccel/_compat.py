@@ -14,8 +14,8 @@ the package uses the device module (``torch.xpu``, ``torch_npu``'s ``torch.npu``
 - ``torch.accelerator.memory_stats`` / ``empty_cache`` (memory through ``torch.accelerator``, not in
   the 2.7/2.8 API listings);
 - ``torch.accelerator.random.manual_seed_all`` (accelerator RNG, proposed in 2026 for 2.14+);
-- the ``*_index`` names over the deprecated ``*_idx`` ones (``set_device_index``);
-- ``current_accelerator(check_available=True)``, which also asks whether a device is usable.
+- ``torch.accelerator.set_device_index`` (the device module's ``set_device`` where the accelerator
+  API does not speak for the device type).
 
 :func:`torch_features` lists what this torch has (``python -m lightning_anyaccel.verify`` shows
 the versions; docs/installation.md the vendor stacks and their torch).
@@ -52,7 +52,7 @@ def check_torch(version: str = torch.__version__) -> None:
 def accelerator_function(*names: str) -> Callable[..., Any] | None:
     """The first of ``torch.accelerator.<name>`` that this torch has, else ``None``.
 
-    Names go newest first, e.g. ``accelerator_function("set_device_index", "set_device_idx")``.
+    Names go newest first, e.g. ``accelerator_function("memory_stats")``.
     Looked up on every call, never cached.
 
     >>> accelerator_function("no_such_api") is None
@@ -81,15 +81,10 @@ def accelerator_random() -> Any | None:
 def current_accelerator() -> torch.device | None:
     """The accelerator PyTorch was built for *and* can use now, else ``None``.
 
-    Uses ``current_accelerator(check_available=True)``; a torch whose ``current_accelerator``
-    takes no ``check_available`` gets the same answer from ``torch.accelerator.is_available()``.
-    Does not poison ``fork`` (PyTorch documents the check as fork-safe).
+    Uses ``current_accelerator(check_available=True)``, which does not poison ``fork`` (PyTorch
+    documents the check as fork-safe).
     """
-    try:
-        return torch.accelerator.current_accelerator(check_available=True)
-    except TypeError:  # no keyword: compile-time answer, checked at run time here
-        device = torch.accelerator.current_accelerator()
-        return device if device is not None and torch.accelerator.is_available() else None
+    return torch.accelerator.current_accelerator(check_available=True)
 
 
 def torch_features() -> dict[str, bool]:

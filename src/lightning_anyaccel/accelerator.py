@@ -25,9 +25,17 @@ from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
-from lightning_anyaccel import _lightning, runtime
-from lightning_anyaccel.devices import DEVICE_TABLE, device_of, get_spec, is_host, known_device_types, present_device_types
-from lightning_anyaccel.precision import check_device_supports
+from lightning_anyaccel import _lightning
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import (
+    DEVICE_TABLE,
+    device_of,
+    get_spec,
+    is_host,
+    known_device_types,
+    present_device_types,
+)
+from lightning_anyaccel.device.precision import check_device_supports
 from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
@@ -51,11 +59,12 @@ class DeviceTypeError(LinkedError, MisconfigurationException, ValueError):
 class AnyAcceleratorMixin:
     """Marks the package's accelerator, whatever Lightning package it is built for (see :mod:`lightning_anyaccel.policy`)."""
 
+    #: The device type of this class; ``None`` only on the unbound class.
     device_type: ClassVar[str | None] = None
 
 
 class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
-    """Accelerator for any ``torch.device`` type PyTorch knows (see :func:`~lightning_anyaccel.devices.get_spec`).
+    """Accelerator for any ``torch.device`` type PyTorch knows (see :func:`~lightning_anyaccel.device.devices.get_spec`).
 
     Args:
         device_type: ``"xpu"``, ``"hpu"``, ``"npu"``, ``"cuda"``, ... or ``None`` for the accelerator
@@ -66,8 +75,6 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         DeviceNotAvailableError: when PyTorch sees no device of that type, with the install hint.
     """
 
-    #: The device type of this class; ``None`` only on the unbound class.
-    device_type: ClassVar[str | None] = None
     #: How many devices ``accelerator="auto"`` found when it chose this instance (:mod:`lightning_anyaccel.auto`);
     #: ``None`` for an accelerator the user named.
     found_by_auto: int | None = None
@@ -276,7 +283,7 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         return _CLASSES[key]
 
 
-def accelerator_class(device_type: str, front_end: _lightning.FrontEnd = _lightning.LIGHTNING) -> type[AnyAccelerator]:
+def accelerator_class(device_type: str, front_end: _lightning.Distribution = _lightning.LIGHTNING) -> type[AnyAccelerator]:
     """The ``AnyAccelerator`` class bound to ``device_type``, for ``front_end`` (default: ``lightning``).
 
     >>> accelerator_class("xpu").__qualname__

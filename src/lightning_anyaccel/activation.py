@@ -47,13 +47,13 @@ def is_active(environ: Mapping[str, str] = os.environ) -> bool:
     return activation_requested(environ)
 
 
-def record_strategy_arguments(front_end: _lightning.FrontEnd, side: str) -> None:
-    """Keep the arguments of Lightning's strategy objects of ``front_end``'s ``side`` (``"trainer"``/``"fabric"``).
+def record_strategy_arguments(distribution: _lightning.Distribution, side: str) -> None:
+    """Keep the arguments of Lightning's strategy objects of ``distribution``'s ``side`` (``"trainer"``/``"fabric"``).
 
     Done at registration, only while :func:`is_active`: the program builds its strategies after
     Lightning was imported, and the start-up hook imports the package right after Lightning.
     """
-    strategies = front_end.module("lightning.pytorch.strategies" if side == "trainer" else "lightning.fabric.strategies")
+    strategies = distribution.module("lightning.pytorch.strategies" if side == "trainer" else "lightning.fabric.strategies")
     for name in PROGRAM_STRATEGIES:
         _lightning.record_constructor_arguments(getattr(strategies, name), when=is_active)
 

@@ -30,9 +30,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from lightning_anyaccel import _lightning, runtime
-from lightning_anyaccel.devices import get_spec, is_host
-from lightning_anyaccel.launch_layout import detect_launcher
+from lightning_anyaccel import _lightning
+from lightning_anyaccel.cluster.launch_layout import detect_launcher
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import get_spec, is_host
 from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
@@ -63,15 +64,15 @@ def auto_mode(environ: Mapping[str, str] = os.environ) -> str:
     return value
 
 
-def choose_accelerator(front_end: _lightning.FrontEnd, lightning_choice: str) -> Any:
+def choose_accelerator(distribution: _lightning.Distribution, lightning_choice: str) -> Any:
     """What ``accelerator="auto"`` trains with: ``lightning_choice`` or the package's accelerator (module docstring).
 
     Args:
-        front_end: the Lightning package of the Trainer or Fabric being built.
+        distribution: the Lightning package of the Trainer or Fabric being built.
         lightning_choice: what Lightning chose (``"tpu"``, ``"mps"``, ``"cuda"`` or ``"cpu"``).
 
     Returns:
-        ``lightning_choice``, or an ``AnyAccelerator`` of ``front_end`` for the device found, with
+        ``lightning_choice``, or an ``AnyAccelerator`` of ``distribution`` for the device found, with
         :attr:`~lightning_anyaccel.accelerator.AnyAccelerator.found_by_auto` set.
 
     Raises:
@@ -84,16 +85,16 @@ def choose_accelerator(front_end: _lightning.FrontEnd, lightning_choice: str) ->
     if device_type is None:
         return lightning_choice
     if mode == "lightning":
-        _say(front_end, f"{AUTO_ENV}=lightning: accelerator='auto' keeps Lightning's choice, the CPU, although"
+        _say(distribution, f"{AUTO_ENV}=lightning: accelerator='auto' keeps Lightning's choice, the CPU, although"
                         f" torch reports {device_type!r} (accelerator='any' or {device_type!r} trains on it).")
         return lightning_choice
     count, reason = _usable_count(device_type)
     if not count:
-        _say(front_end, f"accelerator='auto' keeps the CPU: torch reports {device_type!r}, but {reason}.", warn=True)
+        _say(distribution, f"accelerator='auto' keeps the CPU: torch reports {device_type!r}, but {reason}.", warn=True)
         return lightning_choice
     from lightning_anyaccel.accelerator import accelerator_class
 
-    accelerator = accelerator_class(device_type, front_end)()
+    accelerator = accelerator_class(device_type, distribution)()
     accelerator.found_by_auto = count
     return accelerator
 
@@ -153,7 +154,7 @@ def first_process(environ: Mapping[str, str] = os.environ) -> bool:
 
     Lightning's ``rank_zero_*`` know the rank before the strategy sets it from ``RANK``,
     ``LOCAL_RANK`` and SLURM's variable only; ``mpiexec``/``mpirun`` name it otherwise
-    (:data:`lightning_anyaccel.launch_layout.LAUNCHERS`), and the automatic choice is logged while
+    (:data:`lightning_anyaccel.cluster.launch_layout.LAUNCHERS`), and the automatic choice is logged while
     the Trainer or Fabric is built, before that.
 
     >>> first_process({"PMI_RANK": "1", "MPI_LOCALRANKID": "1"}), first_process({})
@@ -163,10 +164,10 @@ def first_process(environ: Mapping[str, str] = os.environ) -> bool:
     return launcher is None or environ.get(launcher.rank, "0").strip() == "0"
 
 
-def _say(front_end: _lightning.FrontEnd, message: str, warn: bool = False) -> None:
+def _say(distribution: _lightning.Distribution, message: str, warn: bool = False) -> None:
     if not first_process():
         return
-    rank_zero = front_end.module("lightning.fabric.utilities.rank_zero")
+    rank_zero = distribution.module("lightning.fabric.utilities.rank_zero")
     (rank_zero.rank_zero_warn if warn else rank_zero.rank_zero_info)(f"lightning-anyaccel: {message}")
 
 

@@ -2,20 +2,19 @@
 
 Lightning has two front ends (the Trainer, ``lightning.pytorch``; Fabric, ``lightning.fabric``)
 published in two packages (``lightning``; ``pytorch_lightning`` + ``lightning_fabric``, see
-:class:`lightning_anyaccel._lightning.FrontEnd`). The package's strategies are written once per
+:class:`lightning_anyaccel._lightning.Distribution`). The package's strategies are written once per
 strategy family (:mod:`lightning_anyaccel.strategies`); where the two front ends name or do
-something differently, the strategies ask their :class:`FrontEndSide`, never a string naming a
+something differently, the strategies ask their :class:`FrontEnd`, never a string naming a
 Lightning attribute:
 
 - where the precision plugin lives (Trainer: ``precision_plugin``; Fabric: ``precision``);
 - how the ranks are set from the cluster environment (``set_world_ranks``/``_set_world_ranks``);
 - where the extra ``FullyShardedDataParallel`` arguments live (``kwargs``/``_fsdp_kwargs``);
 - the front end's ``FSDPPrecision`` and the package's replacement for it;
-- the front end's ``DeepSpeedStrategy`` (whose own ``setup_environment`` is skipped) and its
-  multiprocessing launcher with the package's fixes.
+- the front end's ``DeepSpeedStrategy`` (whose own ``setup_environment`` is skipped).
 
 A strategy class names its side with ``_side`` (:class:`TrainerSide` or :class:`FabricSide`);
-:attr:`FrontEndSide.package` is the Lightning package it was built on (``lightning`` unless
+:attr:`FrontEnd.package` is the Lightning package it was built on (``lightning`` unless
 :func:`~lightning_anyaccel._lightning.port` rebuilt it for ``pytorch_lightning``).
 
 Example:
@@ -35,20 +34,20 @@ from typing import Any, ClassVar, TypeVar
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel._lightning import LIGHTNING, FrontEnd, port
+from lightning_anyaccel._lightning import LIGHTNING, Distribution, port
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class FrontEndSide(ABC):
+class FrontEnd(ABC):
     """How one front end (Trainer or Fabric) of one Lightning package names what the strategies use.
 
     Args:
         package: the Lightning package the strategy class is built on.
     """
 
-    package: FrontEnd = LIGHTNING
+    package: Distribution = LIGHTNING
     #: ``"trainer"`` or ``"fabric"`` (for messages and the docs).
     name: ClassVar[str]
 
@@ -73,16 +72,12 @@ class FrontEndSide(ABC):
         """The extra ``FullyShardedDataParallel`` arguments an FSDP strategy keeps (a dict it owns)."""
 
     @abstractmethod
-    def fsdp_precision_classes(self) -> tuple[type, type]:
+    def fsdp_precision_classes(self) -> tuple[type[Any], type[Any]]:
         """The front end's ``FSDPPrecision`` (autocasts on ``"cuda"``) and the package's replacement for it."""
 
     @abstractmethod
     def deepspeed_strategy_class(self) -> type:
         """The front end's ``DeepSpeedStrategy`` (its ``setup_environment`` refuses every accelerator but CUDA)."""
-
-    @abstractmethod
-    def launcher_class(self) -> type:
-        """The front end's spawn/fork launcher with the package's fixes (``AnyMultiProcessingLauncher``)."""
 
     def port(self, obj: T) -> T:
         """``obj`` (a class of ``lightning`` or of the package) for :attr:`package`."""
@@ -90,7 +85,7 @@ class FrontEndSide(ABC):
 
 
 @dataclass(frozen=True)
-class TrainerSide(FrontEndSide):
+class TrainerSide(FrontEnd):
     """The Trainer (``lightning.pytorch`` or ``pytorch_lightning``)."""
 
     name: ClassVar[str] = "trainer"
@@ -117,10 +112,10 @@ class TrainerSide(FrontEndSide):
         return options
 
     @override
-    def fsdp_precision_classes(self) -> tuple[type, type]:
+    def fsdp_precision_classes(self) -> tuple[type[Any], type[Any]]:
         from lightning.pytorch.plugins.precision import FSDPPrecision
 
-        from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
+        from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision
 
         return self.port(FSDPPrecision), self.port(AnyFSDPPrecision)
 
@@ -130,15 +125,9 @@ class TrainerSide(FrontEndSide):
 
         return self.port(DeepSpeedStrategy)
 
-    @override
-    def launcher_class(self) -> type:
-        from lightning_anyaccel.strategies.process_launchers import AnyMultiProcessingLauncher
-
-        return self.port(AnyMultiProcessingLauncher)
-
 
 @dataclass(frozen=True)
-class FabricSide(FrontEndSide):
+class FabricSide(FrontEnd):
     """Fabric (``lightning.fabric`` or ``lightning_fabric``)."""
 
     name: ClassVar[str] = "fabric"
@@ -164,10 +153,10 @@ class FabricSide(FrontEndSide):
         return _lightning.fabric_fsdp_kwargs(strategy)
 
     @override
-    def fsdp_precision_classes(self) -> tuple[type, type]:
+    def fsdp_precision_classes(self) -> tuple[type[Any], type[Any]]:
         from lightning.fabric.plugins.precision.fsdp import FSDPPrecision
 
-        from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
+        from lightning_anyaccel.device.sharded_precision import AnyFabricFSDPPrecision
 
         return self.port(FSDPPrecision), self.port(AnyFabricFSDPPrecision)
 
@@ -177,11 +166,5 @@ class FabricSide(FrontEndSide):
 
         return self.port(DeepSpeedStrategy)
 
-    @override
-    def launcher_class(self) -> type:
-        from lightning_anyaccel.strategies.process_launchers import FabricMultiProcessingLauncher
 
-        return self.port(FabricMultiProcessingLauncher)
-
-
-__all__ = ["FabricSide", "FrontEndSide", "TrainerSide"]
+__all__ = ["FabricSide", "FrontEnd", "TrainerSide"]

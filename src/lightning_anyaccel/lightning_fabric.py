@@ -14,42 +14,21 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import lightning_fabric  # noqa: F401  (a clear ImportError when it is not installed)
 
 from lightning_anyaccel import registration
 from lightning_anyaccel._lightning import PYTORCH_LIGHTNING, port
+from lightning_anyaccel.accelerator import AnyAccelerator as _AnyAccelerator
 
 registration.register_fabric(PYTORCH_LIGHTNING)
 
-if TYPE_CHECKING:
-    from lightning_anyaccel.accelerator import AnyAccelerator
-    from lightning_anyaccel.fabric.strategies import (
-        AnyDDPStrategy,
-        AnyDeepSpeedStrategy,
-        AnyFSDPStrategy,
-        AnyModelParallelStrategy,
-        AnySingleDeviceStrategy,
-    )
-    from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
-else:
-    from lightning_anyaccel.accelerator import AnyAccelerator as _AnyAccelerator
-
-    AnyAccelerator = port(_AnyAccelerator, PYTORCH_LIGHTNING)
-    globals().update({cls.__name__: port(cls, PYTORCH_LIGHTNING) for cls in registration.fabric_classes()})
+AnyAccelerator = port(_AnyAccelerator, PYTORCH_LIGHTNING)
+#: The package's Fabric-side classes (:func:`~lightning_anyaccel.registration.fabric_classes`), ported.
+globals().update({cls.__name__: port(cls, PYTORCH_LIGHTNING) for cls in registration.fabric_classes()})
 
 
 def __getattr__(name: str) -> type:
     return registration.ported(__name__, name)
 
 
-__all__ = [
-    "AnyAccelerator",
-    "AnyDDPStrategy",
-    "AnyDeepSpeedStrategy",
-    "AnyFSDPStrategy",
-    "AnyFabricFSDPPrecision",
-    "AnyModelParallelStrategy",
-    "AnySingleDeviceStrategy",
-]
+__all__ = sorted(["AnyAccelerator", *(cls.__name__ for cls in registration.fabric_classes())])

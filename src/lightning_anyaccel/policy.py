@@ -42,8 +42,8 @@ import logging
 from typing import Any
 
 from lightning_anyaccel import _lightning, activation, auto
-from lightning_anyaccel.devices import get_spec, is_host
-from lightning_anyaccel.precision import align_precision_plugin
+from lightning_anyaccel.device.devices import get_spec, is_host
+from lightning_anyaccel.device.precision import align_precision_plugin
 from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
@@ -156,19 +156,19 @@ def _rebuilt_for_program(strategy: Any, accelerator: Any) -> Any:
 
 def _registered_class(strategy: Any, name: str) -> type:
     """The class registered as ``name`` with the front end (Trainer or Fabric, package) ``strategy`` was built for."""
-    front_end = _lightning.front_end_of(strategy) or _lightning.LIGHTNING
-    if type(strategy).__module__.startswith(front_end.fabric + "."):
-        registry = front_end.module("lightning.fabric.strategies").STRATEGY_REGISTRY
+    distribution = _lightning.distribution_of(strategy) or _lightning.LIGHTNING
+    if type(strategy).__module__.startswith(distribution.fabric + "."):
+        registry = distribution.module("lightning.fabric.strategies").STRATEGY_REGISTRY
     else:
-        registry = front_end.module("lightning.pytorch.strategies").StrategyRegistry
+        registry = distribution.module("lightning.pytorch.strategies").StrategyRegistry
     cls: type = registry[name]["strategy"]
     return cls
 
 
 def _lightning_info(obj: Any, message: str) -> None:
     """Log ``message`` on rank zero through Lightning's logger of the package ``obj`` was built for."""
-    front_end = _lightning.front_end_of(obj) or _lightning.LIGHTNING
-    front_end.module("lightning.fabric.utilities.rank_zero").rank_zero_info(message)
+    distribution = _lightning.distribution_of(obj) or _lightning.LIGHTNING
+    distribution.module("lightning.fabric.utilities.rank_zero").rank_zero_info(message)
 
 
 def check(view: _lightning.ConnectorView) -> None:
@@ -219,7 +219,7 @@ def _refuse_foreign(strategy: Any, accelerator: Any) -> None:
         )
 
 
-def check_arguments(front_end: _lightning.FrontEnd, arguments: tuple[Any, ...]) -> None:
+def check_arguments(distribution: _lightning.Distribution, arguments: tuple[Any, ...]) -> None:
     """Refuse objects of the package built for the other Lightning package.
 
     Raises:
@@ -228,14 +228,14 @@ def check_arguments(front_end: _lightning.FrontEnd, arguments: tuple[Any, ...]) 
     for argument in _flatten(arguments):
         if not type(argument).__module__.startswith("lightning_anyaccel"):
             continue
-        built_for = _lightning.front_end_of(argument)
-        if built_for is None or built_for == front_end:
+        built_for = _lightning.distribution_of(argument)
+        if built_for is None or built_for == distribution:
             continue
-        module = "lightning_anyaccel" if front_end is _lightning.LIGHTNING else "lightning_anyaccel.pytorch_lightning"
-        fabric_module = "lightning_anyaccel.fabric" if front_end is _lightning.LIGHTNING else "lightning_anyaccel.lightning_fabric"
+        module = "lightning_anyaccel" if distribution is _lightning.LIGHTNING else "lightning_anyaccel.pytorch_lightning"
+        fabric_module = "lightning_anyaccel.fabric" if distribution is _lightning.LIGHTNING else "lightning_anyaccel.lightning_fabric"
         raise FrontEndMismatchError(
             f"{type(argument).__name__} was built for `{built_for.package}`, but it was given to a Trainer or Fabric"
-            f" of `{front_end.package}`; the two packages' classes do not mix. Import it from `{module}` (Trainer)"
+            f" of `{distribution.package}`; the two packages' classes do not mix. Import it from `{module}` (Trainer)"
             f" or `{fabric_module}` (Fabric), or use the registered names (accelerator='any', strategy='any_ddp')."
         )
 
@@ -277,9 +277,9 @@ def log_device_info(trainer: Any) -> None:
 
         NVIDIA GPU (CUDA) / AMD GPU (ROCm) available: True (cuda), used: True (AnyAccelerator, 1 device(s))
     """
-    front_end = _lightning.front_end_of(trainer) or _lightning.LIGHTNING
-    rank_zero = front_end.module("lightning.pytorch.utilities.rank_zero")  # the user's logger names
-    from lightning_anyaccel import runtime
+    distribution = _lightning.distribution_of(trainer) or _lightning.LIGHTNING
+    rank_zero = distribution.module("lightning.pytorch.utilities.rank_zero")  # the user's logger names
+    from lightning_anyaccel.device import runtime
 
     used = trainer.accelerator.device_type
     try:
@@ -317,13 +317,13 @@ def log_unused_devices(trainer: Any) -> None:
     Lightning's report says nothing about it. Never raises.
     """
     try:
-        from lightning_anyaccel.devices import present_device_types
+        from lightning_anyaccel.device.devices import present_device_types
 
         used = getattr(getattr(trainer, "strategy", None), "root_device", None)
         used_type = getattr(used, "type", "cpu")
         unused = [t for t in present_device_types() if t != used_type and _lightning_builtin(t) is None]
-        front_end = _lightning.front_end_of(trainer) or _lightning.LIGHTNING
-        rank_zero = front_end.module("lightning.pytorch.utilities.rank_zero")
+        distribution = _lightning.distribution_of(trainer) or _lightning.LIGHTNING
+        rank_zero = distribution.module("lightning.pytorch.utilities.rank_zero")
         for device_type in unused:
             rank_zero.rank_zero_info(unused_device_message(device_type, used_type))
     except Exception as err:  # noqa: BLE001 - a log line must never stop training

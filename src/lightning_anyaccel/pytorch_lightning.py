@@ -19,8 +19,6 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pytorch_lightning  # noqa: F401  (a clear ImportError when it is not installed)
 
 from lightning_anyaccel import registration
@@ -28,36 +26,12 @@ from lightning_anyaccel._lightning import PYTORCH_LIGHTNING, port
 
 registration.register_trainer(PYTORCH_LIGHTNING)
 
-if TYPE_CHECKING:  # the same classes as for `lightning`, as far as a type checker is concerned
-    from lightning_anyaccel.accelerator import AnyAccelerator
-    from lightning_anyaccel.checkpoint import AtomicCheckpointIO
-    from lightning_anyaccel.environments import AnyMPIEnvironment
-    from lightning_anyaccel.preemption import PreemptionCheckpoint
-    from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
-    from lightning_anyaccel.strategies import (
-        AnyDDPStrategy,
-        AnyDeepSpeedStrategy,
-        AnyFSDPStrategy,
-        AnyModelParallelStrategy,
-        AnySingleDeviceStrategy,
-    )
-else:
-    globals().update({cls.__name__: port(cls, PYTORCH_LIGHTNING) for cls in registration.trainer_classes()})
+#: The package's Trainer-side classes (:func:`~lightning_anyaccel.registration.trainer_classes`), ported.
+globals().update({cls.__name__: port(cls, PYTORCH_LIGHTNING) for cls in registration.trainer_classes()})
 
 
 def __getattr__(name: str) -> type:
     return registration.ported(__name__, name)
 
 
-__all__ = [
-    "AnyAccelerator",
-    "AnyDDPStrategy",
-    "AnyDeepSpeedStrategy",
-    "AnyFSDPPrecision",
-    "AnyFSDPStrategy",
-    "AnyMPIEnvironment",
-    "AnyModelParallelStrategy",
-    "AnySingleDeviceStrategy",
-    "AtomicCheckpointIO",
-    "PreemptionCheckpoint",
-]
+__all__ = sorted(cls.__name__ for cls in registration.trainer_classes())

@@ -6,13 +6,13 @@ before or after the package, so ``import pytorch_lightning as pl`` works in any 
 front end that means:
 
 - the accelerator names (``"any"``, ``"xpu"``, ``"hpu"``, ..., every device type present at import
-  and every later :func:`~lightning_anyaccel.devices.register_device`) and strategy names (``"any_single"``,
+  and every later :func:`~lightning_anyaccel.device.devices.register_device`) and strategy names (``"any_single"``,
   ``"any_ddp"``, ..., ``"any_deepspeed_stage_3_offload"``) in its registries, bound to the
   package's classes built for that front end (:func:`lightning_anyaccel._lightning.port`);
 - the connector hooks through which :mod:`lightning_anyaccel.policy` picks the package's
   strategies for the package's accelerator;
 - for the Trainer, the hook through which Lightning's batch-size finder recognises every device's
-  out-of-memory error (:func:`lightning_anyaccel.runtime.is_out_of_memory`).
+  out-of-memory error (:func:`lightning_anyaccel.device.runtime.is_out_of_memory`).
 
 Example:
     >>> import lightning_anyaccel
@@ -31,8 +31,9 @@ from collections.abc import Callable
 from typing import Any
 
 from _lightning_anyaccel_startup import when_imported
-from lightning_anyaccel import _lightning, activation, devices, runtime
-from lightning_anyaccel._lightning import LIGHTNING, PYTORCH_LIGHTNING, FrontEnd
+from lightning_anyaccel import _lightning, activation
+from lightning_anyaccel._lightning import LIGHTNING, PYTORCH_LIGHTNING, Distribution
+from lightning_anyaccel.device import devices, runtime
 
 _REGISTERED: list[tuple[str, str]] = []
 
@@ -40,38 +41,24 @@ _REGISTERED: list[tuple[str, str]] = []
 def trainer_classes() -> list[type]:
     """The package's Trainer-side classes as written (for ``lightning``), in registration order."""
     from lightning_anyaccel.accelerator import AnyAccelerator
-    from lightning_anyaccel.checkpoint import AtomicCheckpointIO
-    from lightning_anyaccel.environments import AnyMPIEnvironment
-    from lightning_anyaccel.preemption import PreemptionCheckpoint
-    from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
-    from lightning_anyaccel.strategies import (
-        AnyDDPStrategy,
-        AnyDeepSpeedStrategy,
-        AnyFSDPStrategy,
-        AnyModelParallelStrategy,
-        AnySingleDeviceStrategy,
-    )
+    from lightning_anyaccel.checkpoints.checkpoint import AtomicCheckpointIO
+    from lightning_anyaccel.checkpoints.preemption import PreemptionCheckpoint
+    from lightning_anyaccel.cluster.environments import AnyMPIEnvironment
+    from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision
+    from lightning_anyaccel.strategies.families import FAMILIES
     from lightning_anyaccel.strategies.process_launchers import AnyMultiProcessingLauncher
 
-    return [AnyAccelerator, AnySingleDeviceStrategy, AnyDDPStrategy, AnyFSDPStrategy, AnyModelParallelStrategy,
-            AnyDeepSpeedStrategy, AnyMultiProcessingLauncher, AnyMPIEnvironment, AtomicCheckpointIO, AnyFSDPPrecision,
-            PreemptionCheckpoint]
+    return [AnyAccelerator, *(family.trainer for family in FAMILIES), AnyMultiProcessingLauncher, AnyMPIEnvironment,
+            AtomicCheckpointIO, AnyFSDPPrecision, PreemptionCheckpoint]
 
 
 def fabric_classes() -> list[type]:
     """The package's Fabric-side classes as written (for ``lightning.fabric``), in registration order."""
-    from lightning_anyaccel.fabric.strategies import (
-        AnyDDPStrategy,
-        AnyDeepSpeedStrategy,
-        AnyFSDPStrategy,
-        AnyModelParallelStrategy,
-        AnyMultiProcessingLauncher,
-        AnySingleDeviceStrategy,
-    )
-    from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
+    from lightning_anyaccel.device.sharded_precision import AnyFabricFSDPPrecision
+    from lightning_anyaccel.strategies.families import FAMILIES
+    from lightning_anyaccel.strategies.process_launchers import FabricMultiProcessingLauncher
 
-    return [AnySingleDeviceStrategy, AnyDDPStrategy, AnyFSDPStrategy, AnyModelParallelStrategy, AnyDeepSpeedStrategy,
-            AnyMultiProcessingLauncher, AnyFabricFSDPPrecision]
+    return [*(family.fabric for family in FAMILIES), FabricMultiProcessingLauncher, AnyFabricFSDPPrecision]
 
 
 #: Per side: (module and name of the accelerator registry, of the strategy registry, the connector, the classes).
@@ -83,39 +70,40 @@ _SIDES: dict[str, tuple[str, str, str, str, str, Callable[[], list[type]]]] = {
 }
 
 
-def register_trainer(front_end: FrontEnd) -> None:
-    """Register the accelerator and strategy names and the policy with ``front_end``'s Trainer (once)."""
-    _register(front_end, "trainer")
+def register_trainer(distribution: Distribution) -> None:
+    """Register the accelerator and strategy names and the policy with ``distribution``'s Trainer (once)."""
+    _register(distribution, "trainer")
 
 
-def register_fabric(front_end: FrontEnd) -> None:
-    """Register the accelerator and strategy names and the policy with ``front_end``'s Fabric (once)."""
-    _register(front_end, "fabric")
+def register_fabric(distribution: Distribution) -> None:
+    """Register the accelerator and strategy names and the policy with ``distribution``'s Fabric (once)."""
+    _register(distribution, "fabric")
 
 
-def _register(front_end: FrontEnd, side: str) -> None:
-    if (front_end.package, side) in _REGISTERED:
+def _register(distribution: Distribution, side: str) -> None:
+    if (distribution.package, side) in _REGISTERED:
         return
-    _REGISTERED.append((front_end.package, side))
+    _REGISTERED.append((distribution.package, side))
     from lightning_anyaccel.accelerator import AnyAccelerator
     from lightning_anyaccel.policy import POLICY
+    from lightning_anyaccel.strategies.families import FAMILIES
 
     accelerator_module, accelerator_registry, strategy_module, strategy_registry, connector, classes = _SIDES[side]
-    accelerators = getattr(front_end.module(accelerator_module), accelerator_registry)
-    strategies = getattr(front_end.module(strategy_module), strategy_registry)
-    ported_accelerator = _lightning.port(AnyAccelerator, front_end)
+    accelerators = getattr(distribution.module(accelerator_module), accelerator_registry)
+    strategies = getattr(distribution.module(strategy_module), strategy_registry)
+    ported_accelerator = _lightning.port(AnyAccelerator, distribution)
     ported_accelerator.register_accelerators(accelerators)
     devices.on_register(lambda spec: ported_accelerator.register_device_type(accelerators, spec.type))
     for cls in classes():
-        ported = _lightning.port(cls, front_end)
-        if hasattr(ported, "register_strategies"):
-            ported.register_strategies(strategies)
-    _lightning.install_connector_hooks(front_end, connector, POLICY)
+        _lightning.port(cls, distribution)
+    for family in FAMILIES:
+        family.register(_lightning.port(family.trainer if side == "trainer" else family.fabric, distribution), strategies)
+    _lightning.install_connector_hooks(distribution, connector, POLICY)
     if activation.is_active():
-        activation.record_strategy_arguments(front_end, side)
+        activation.record_strategy_arguments(distribution, side)
     if side == "trainer":
-        _lightning.install_device_info_hook(front_end, POLICY)
-        _lightning.install_out_of_memory_hook(front_end, runtime.is_out_of_memory)
+        _lightning.install_device_info_hook(distribution, POLICY)
+        _lightning.install_out_of_memory_hook(distribution, runtime.is_out_of_memory)
 
 
 def registered_front_ends() -> list[tuple[str, str]]:

@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
-from lightning_anyaccel import runtime
-from lightning_anyaccel.devices import device_of, get_spec, is_host
-from lightning_anyaccel.local_runs import free_port
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import device_of, get_spec, is_host
+from lightning_anyaccel.tools.local_runs import free_port
 
 #: Every wait in the collective check is bounded by this many seconds.
 COLLECTIVE_TIMEOUT_S = 120
@@ -117,7 +117,7 @@ def describe_spec(device_type: str) -> dict[str, Any]:
     >>> describe_spec("cpu")["device spec"]
     'device table, refined by PyTorch'
     """
-    from lightning_anyaccel.devices import DEVICE_TABLE, derive_spec
+    from lightning_anyaccel.device.devices import DEVICE_TABLE, derive_spec
 
     spec = get_spec(device_type)
     derived = derive_spec(device_type) is not None
@@ -143,7 +143,7 @@ def describe(device_type: str) -> dict[str, Any]:
     import lightning
 
     import lightning_anyaccel
-    from lightning_anyaccel.distributed import resolve_backend
+    from lightning_anyaccel.device.distributed import resolve_backend
 
     facts: dict[str, Any] = {}
     try:
@@ -200,9 +200,9 @@ def check_fit(device_type: str, front_end: str = "lightning") -> str:
     """
     from lightning_anyaccel import _lightning
     from lightning_anyaccel.accelerator import AnyAccelerator
-    from lightning_anyaccel.demo import DemoModel, demo_loader
+    from lightning_anyaccel.tools.demo import DemoModel, demo_loader
 
-    package = {f.package: f for f in _lightning.FRONT_ENDS}[front_end]
+    package = {f.package: f for f in _lightning.DISTRIBUTIONS}[front_end]
     Trainer = package.module("lightning.pytorch").Trainer
     model = _lightning.port(DemoModel, package)()
     logging.getLogger(package.trainer).setLevel(logging.WARNING)
@@ -247,7 +247,7 @@ def _collective_worker(rank: int, device_type: str, backend: str, port: int, que
 
 def check_collective(device_type: str) -> str:
     """All-reduce across 2 spawned processes on the device's backend, every wait bounded."""
-    from lightning_anyaccel.distributed import resolve_backend
+    from lightning_anyaccel.device.distributed import resolve_backend
 
     if not is_host(device_type) and runtime.device_count(device_type) < 2:
         raise _Skip(f"needs 2 {device_type} devices, found {runtime.device_count(device_type)}")
@@ -277,7 +277,7 @@ def check_collective(device_type: str) -> str:
 
 def check_bf16(device_type: str) -> str:
     """A matmul under ``torch.autocast(device_type, bfloat16)`` must produce bfloat16."""
-    from lightning_anyaccel.precision import check_precision
+    from lightning_anyaccel.device.precision import check_precision
 
     check_precision("bf16-mixed", device_type)
     device = device_of(device_type)
@@ -291,7 +291,7 @@ def check_bf16(device_type: str) -> str:
 
 def check_checkpoint(device_type: str) -> str:
     """Save a model's weights from the device and load them back with the portable map location."""
-    from lightning_anyaccel.checkpoint import portable_map_location
+    from lightning_anyaccel.checkpoints.checkpoint import portable_map_location
 
     device = device_of(device_type)
     model = torch.nn.Linear(4, 2).to(device)

@@ -200,12 +200,12 @@ def fit(name: str) -> None:
     (``accelerator="xpu"``/``"hpu"`` by name, as the seeds' READMEs write it, else ``AnyAccelerator()``).
 
     A device type the package's table does not know needs no code either: the package derives its
-    spec from torch (``lightning_anyaccel.devices.derive_spec``).
+    spec from torch (``lightning_anyaccel.device.devices.derive_spec``).
     """
     from lightning import Trainer
 
     from lightning_anyaccel import AnyAccelerator
-    from lightning_anyaccel.demo import DemoModel, demo_loader
+    from lightning_anyaccel.tools.demo import DemoModel, demo_loader
     model = DemoModel()
     # the seeds' README form for their devices: the accelerator by name (lightning-habana, the Aurora script)
     accelerator = name if name in ("xpu", "hpu") else AnyAccelerator()

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 import lightning_anyaccel  # noqa: F401  (registers the package with both Lightning packages)
-from lightning_anyaccel import runtime
-from lightning_anyaccel.demo import demo_data
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.tools.demo import demo_data
 
 warnings.filterwarnings("ignore")
 #: The samples of the data set: more than the largest batch tried (the finder stops at the data set's size).

@@ -27,7 +27,7 @@ torch._register_device_module(
 from lightning import Fabric  # noqa: E402
 
 import lightning_anyaccel  # noqa: E402,F401
-from lightning_anyaccel.distributed import BackendError  # noqa: E402
+from lightning_anyaccel.device.distributed import BackendError  # noqa: E402
 
 result: dict[str, str] = {}
 fabric = Fabric(accelerator="npu", strategy="any_single", devices=[1], precision="bf16-mixed")

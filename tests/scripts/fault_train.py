@@ -1,6 +1,6 @@
 """Training script for the fault-matrix tests: one strategy, one front end, one injected fault.
 
-Trains :class:`~lightning_anyaccel.demo.DemoModel`'s network on CPU with the package's DDP, FSDP,
+Trains :class:`~lightning_anyaccel.tools.demo.DemoModel`'s network on CPU with the package's DDP, FSDP,
 FSDP2 or DeepSpeed strategy through the Trainer or Fabric, and writes ``<out>/rank<N>.json``
 (rank, per-step losses, how it ended). Faults (``--fault``, by ``--fault-rank`` at step
 ``--fault-step``): ``kill`` (SIGKILL itself), ``stop`` (SIGSTOP itself), ``raise`` (an error in
@@ -22,16 +22,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import torch
-
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 import lightning_anyaccel  # noqa: F401  (registers names)
-from lightning_anyaccel import atomic_commit
+from lightning_anyaccel.checkpoints import atomic_commit
+from lightning_anyaccel.checkpoints.preemption import PreemptionCheckpoint
 from lightning_anyaccel.strategies import atomic_save
-from lightning_anyaccel.demo import DemoModel, demo_data, demo_loader
-from lightning_anyaccel.preemption import PreemptionCheckpoint
+from lightning_anyaccel.tools.demo import DemoModel, demo_data, demo_loader
 
 
 def rank_of_process() -> int:
@@ -242,7 +241,7 @@ def start_together(out: Path, wait_s: float = 600) -> None:
     """
     import torch.distributed
 
-    from lightning_anyaccel import rendezvous
+    from lightning_anyaccel.cluster import rendezvous
 
     rendezvous.RENDEZVOUS_GRACE_S = wait_s  # the package's rendezvous deadline must not count this wait
     original = torch.distributed.init_process_group

@@ -1,6 +1,6 @@
 """Multi-node training script for the scale-out tests (and the launch scripts' example).
 
-Trains :class:`~lightning_anyaccel.demo.DemoModel` with ``AnyDDPStrategy`` on CPU and writes
+Trains :class:`~lightning_anyaccel.tools.demo.DemoModel` with ``AnyDDPStrategy`` on CPU and writes
 ``<out>/rank<N>.json`` (rank, world size, node rank, per-step losses, weights digest) and
 ``<out>/pid.<pid>`` files (so a test can prove no process outlived the job). Fault
 injections (for the failure tests): ``--die-rank/--die-at-step`` (SIGKILL itself),
@@ -25,8 +25,8 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 import lightning_anyaccel  # noqa: F401  (registers names)
 from lightning_anyaccel import AnyAccelerator, AnyDDPStrategy
-from lightning_anyaccel.checkpoint import AtomicCheckpointIO
-from lightning_anyaccel.demo import DemoModel, demo_loader
+from lightning_anyaccel.checkpoints.checkpoint import AtomicCheckpointIO
+from lightning_anyaccel.tools.demo import DemoModel, demo_loader
 
 
 class StepLog(Callback):

@@ -8,9 +8,9 @@ classes exist in both, but they are different objects: a strategy built on
 This package is the one place that knows that, and the one place that touches what Lightning,
 torch, DeepSpeed and ``multiprocessing`` do not promise (names starting with ``_``). Everything that can
 break with a new Lightning or torch release is in it, one module per kind (:mod:`.porting`,
-:mod:`.names`, :mod:`.accessors`, :mod:`.connector_hooks`, :mod:`.memory_hooks`):
+:mod:`.names`, :mod:`.accessors`, :mod:`.connector_patches`, :mod:`.memory_patches`):
 
-- :class:`FrontEnd`, :data:`LIGHTNING` and :data:`PYTORCH_LIGHTNING` name the two packages, and
+- :class:`Distribution`, :data:`LIGHTNING` and :data:`PYTORCH_LIGHTNING` name the two packages, and
   :func:`port` rebuilds a class of this package on the other package's base classes. Classes of
   the package keep their behaviour in mixins (no Lightning base) and their Lightning base in
   an empty concrete class, so one code base serves both packages;
@@ -35,23 +35,19 @@ Example:
     'pytorch_lightning.strategies.ddp'
     >>> PYTORCH_LIGHTNING.translate("lightning.fabric.connector")
     'lightning_fabric.connector'
-    >>> front_end_of_module("pytorch_lightning.trainer.trainer") is PYTORCH_LIGHTNING
+    >>> distribution_of_module("pytorch_lightning.trainer.trainer") is PYTORCH_LIGHTNING
     True
 """
 
 from __future__ import annotations
 
 from lightning_anyaccel._lightning.porting import (
-    FRONT_ENDS,
-    FrontEnd,
+    DISTRIBUTIONS,
+    Distribution,
     LIGHTNING,
     PYTORCH_LIGHTNING,
-    _PORTED,
-    _PORT_MODULES,
-    _rebind,
-    _rebuild,
-    front_end_of,
-    front_end_of_module,
+    distribution_of,
+    distribution_of_module,
     port,
     ported_class,
 )
@@ -62,19 +58,12 @@ from lightning_anyaccel._lightning.names import (
     PrivateAttribute,
     PrivateName,
     TRAINER_MULTIPROCESSING_LAUNCHER,
-    _FABRIC_CONNECTOR,
-    _FABRIC_DDP,
-    _TRAINER_CONNECTOR,
-    _TRAINER_DDP,
     private,
 )
 from lightning_anyaccel._lightning.accessors import (
     FULL_STATE_DICT_MODULES,
     FabricMultiProcessingLauncher,
     TrainerMultiProcessingLauncher,
-    _FULL_STATE_DICT_DISPATCHING,
-    _FULL_STATE_DICT_HELPER,
-    _dispatch_full_state_dict_context,
     backend_creators,
     batchnorm_base,
     bound_deepspeed_new_group,
@@ -119,24 +108,21 @@ from lightning_anyaccel._lightning.accessors import (
     unwrap_lightning_optimizer,
     validate_device_index_selection,
 )
-from lightning_anyaccel._lightning.connector_hooks import (
+from lightning_anyaccel._lightning.connector_patches import (
     ConnectorPolicy,
     ConnectorView,
     FABRIC_CONNECTOR,
     TRAINER_CONNECTOR,
-    _DEVICE_INFO,
-    _HOOK_MARK,
-    _wrap,
     constructor_arguments,
     install_connector_hooks,
     install_device_info_hook,
     record_constructor_arguments,
 )
-from lightning_anyaccel._lightning.memory_hooks import _OUT_OF_MEMORY, install_out_of_memory_hook
+from lightning_anyaccel._lightning.memory_patches import install_out_of_memory_hook
 
 __all__ = [
     "FABRIC_MULTIPROCESSING_LAUNCHER",
-    "FRONT_ENDS",
+    "DISTRIBUTIONS",
     "LIGHTNING",
     "PRIVATE_ATTRIBUTES",
     "PRIVATE_NAMES",
@@ -148,11 +134,11 @@ __all__ = [
     "TrainerMultiProcessingLauncher",
     "ConnectorPolicy",
     "ConnectorView",
-    "FrontEnd",
+    "Distribution",
     "PrivateAttribute",
     "PrivateName",
-    "front_end_of",
-    "front_end_of_module",
+    "distribution_of",
+    "distribution_of_module",
     "constructor_arguments",
     "install_connector_hooks",
     "install_device_info_hook",

@@ -23,7 +23,7 @@ from lightning.pytorch.strategies.launchers.multiprocessing import (
 if TYPE_CHECKING:
     from torch.nn.modules.batchnorm import _BatchNorm
 
-from lightning_anyaccel._lightning.porting import FrontEnd
+from lightning_anyaccel._lightning.porting import Distribution
 from lightning_anyaccel._lightning.names import private
 
 # ----- every access to a private name, one small function each ------------------------------------
@@ -92,13 +92,13 @@ _FULL_STATE_DICT_DISPATCHING: set[str] = set()
 FULL_STATE_DICT_MODULES = ("lightning.fabric.strategies.fsdp", "lightning.fabric.strategies.model_parallel")
 
 
-def _dispatch_full_state_dict_context(front_end: FrontEnd) -> None:
+def _dispatch_full_state_dict_context(distribution: Distribution) -> None:
     """Once per package: its modules' ``_get_full_state_dict_context`` calls the scoped helper, else Lightning's own."""
-    if front_end.package in _FULL_STATE_DICT_DISPATCHING:
+    if distribution.package in _FULL_STATE_DICT_DISPATCHING:
         return
     for name in FULL_STATE_DICT_MODULES:
-        module = front_end.module(name)
-        original = private(name, "_get_full_state_dict_context", front_end)
+        module = distribution.module(name)
+        original = private(name, "_get_full_state_dict_context", distribution)
 
         def dispatch(*args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
             helper = _FULL_STATE_DICT_HELPER.get()
@@ -106,11 +106,11 @@ def _dispatch_full_state_dict_context(front_end: FrontEnd) -> None:
 
         dispatch.__wrapped__ = original  # type: ignore[attr-defined]  # functools' convention: the function it stands in for
         module._get_full_state_dict_context = dispatch
-    _FULL_STATE_DICT_DISPATCHING.add(front_end.package)
+    _FULL_STATE_DICT_DISPATCHING.add(distribution.package)
 
 
 @contextlib.contextmanager
-def full_state_dict_context_replaced(front_end: FrontEnd, helper: Callable[..., Any]) -> Iterator[None]:
+def full_state_dict_context_replaced(distribution: Distribution, helper: Callable[..., Any]) -> Iterator[None]:
     """Fabric's FSDP and ModelParallel checkpoint code gather full state dicts through ``helper`` while this runs.
 
     Their ``save_checkpoint``/``load_checkpoint`` call a module-level ``_get_full_state_dict_context``
@@ -119,7 +119,7 @@ def full_state_dict_context_replaced(front_end: FrontEnd, helper: Callable[..., 
     and to Lightning's own everywhere else, so a save running beside it in another thread is not
     affected.
     """
-    _dispatch_full_state_dict_context(front_end)
+    _dispatch_full_state_dict_context(distribution)
     token = _FULL_STATE_DICT_HELPER.set(helper)
     try:
         yield
@@ -314,9 +314,9 @@ def fsdp_activation_checkpointing_kwargs(strategy: Any) -> dict[str, Any]:
     return kwargs
 
 
-def unwrap_lightning_optimizer(optimizer: Any, front_end: FrontEnd) -> Any:
+def unwrap_lightning_optimizer(optimizer: Any, distribution: Distribution) -> Any:
     """The torch optimizer inside the Trainer's ``LightningOptimizer`` (``optimizer`` itself otherwise)."""
-    wrapper = front_end.module("lightning.pytorch.core.optimizer").LightningOptimizer
+    wrapper = distribution.module("lightning.pytorch.core.optimizer").LightningOptimizer
     return optimizer._optimizer if isinstance(optimizer, wrapper) else optimizer
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_anyaccel._lightning.porting import FrontEnd, LIGHTNING
+from lightning_anyaccel._lightning.porting import Distribution, LIGHTNING
 
 # ----- private names ------------------------------------------------------------------------------
 
@@ -89,7 +89,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
 
 _TRAINER_DDP = "lightning.pytorch.strategies.DDPStrategy"
 #: Lightning's spawn/fork launchers (the classes :data:`TrainerMultiProcessingLauncher` and
-#: :data:`FabricMultiProcessingLauncher`), by name: what :mod:`lightning_anyaccel.lightning_hooks` declares hooks of.
+#: :data:`FabricMultiProcessingLauncher`), by name: what :mod:`lightning_anyaccel.lightning_stubs` declares hooks of.
 TRAINER_MULTIPROCESSING_LAUNCHER = "lightning.pytorch.strategies.launchers.multiprocessing._MultiProcessingLauncher"
 FABRIC_MULTIPROCESSING_LAUNCHER = "lightning.fabric.strategies.launchers.multiprocessing._MultiProcessingLauncher"
 _FABRIC_DDP = "lightning.fabric.strategies.DDPStrategy"
@@ -115,8 +115,8 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
     PrivateAttribute(_FABRIC_DDP, "_configure_launcher", "AnyDistributedMixin._configure_launcher"),
     PrivateAttribute(_TRAINER_DDP, "_get_process_group_backend", "AnyDistributedMixin._get_process_group_backend"),
     PrivateAttribute(_FABRIC_DDP, "_get_process_group_backend", "AnyDistributedMixin._get_process_group_backend"),
-    PrivateAttribute(_TRAINER_DDP, "_process_group_backend", "AnyDistributedMixin._resolve_backend"),
-    PrivateAttribute(_FABRIC_DDP, "_process_group_backend", "AnyDistributedMixin._resolve_backend"),
+    PrivateAttribute(_TRAINER_DDP, "_process_group_backend", "AnyDistributedMixin._get_process_group_backend"),
+    PrivateAttribute(_FABRIC_DDP, "_process_group_backend", "AnyDistributedMixin._get_process_group_backend"),
     PrivateAttribute("lightning.pytorch.strategies.ParallelStrategy", "_parallel_devices",
                      "AnyDistributedMixin.parallel_devices"),
     PrivateAttribute("lightning.fabric.strategies.ParallelStrategy", "_parallel_devices",
@@ -203,15 +203,15 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
 )
 
 
-def private(module: str, name: str, front_end: FrontEnd = LIGHTNING) -> Any:
-    """A private Lightning module attribute listed in :data:`PRIVATE_NAMES`, from ``front_end``.
+def private(module: str, name: str, distribution: Distribution = LIGHTNING) -> Any:
+    """A private Lightning module attribute listed in :data:`PRIVATE_NAMES`, from ``distribution``.
 
     >>> private("lightning.fabric.accelerators.cpu", "_parse_cpu_cores")(2)
     2
     """
     if not any(entry.module == module and entry.name == name for entry in PRIVATE_NAMES):
         raise KeyError(f"{module}.{name} is not in lightning_anyaccel._lightning.PRIVATE_NAMES: list it there first.")
-    return getattr(front_end.module(module), name)
+    return getattr(distribution.module(module), name)
 
 
 __all__ = ["FABRIC_MULTIPROCESSING_LAUNCHER", "PRIVATE_ATTRIBUTES", "PRIVATE_NAMES", "PrivateAttribute", "PrivateName", "TRAINER_MULTIPROCESSING_LAUNCHER", "private"]

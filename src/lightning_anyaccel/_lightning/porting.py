@@ -1,4 +1,4 @@
-"""One code base for both Lightning packages: :class:`FrontEnd` names ``lightning`` and
+"""One code base for both Lightning packages: :class:`Distribution` names ``lightning`` and
 ``pytorch_lightning``; :func:`port` rebuilds a class of the package on the other package's bases.
 
 Part of the contract (:mod:`lightning_anyaccel._lightning`).
@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class FrontEnd:
+class Distribution:
     """One Lightning distribution, as users import it.
 
     Args:
@@ -49,33 +49,33 @@ class FrontEnd:
 
 
 #: ``import lightning`` (``lightning.pytorch`` and ``lightning.fabric``): the package's classes are written for it.
-LIGHTNING = FrontEnd("lightning", "lightning.pytorch", "lightning.fabric")
+LIGHTNING = Distribution("lightning", "lightning.pytorch", "lightning.fabric")
 #: ``import pytorch_lightning`` (with the stand-alone ``lightning_fabric``).
-PYTORCH_LIGHTNING = FrontEnd("pytorch_lightning", "pytorch_lightning", "lightning_fabric")
-FRONT_ENDS: tuple[FrontEnd, ...] = (LIGHTNING, PYTORCH_LIGHTNING)
+PYTORCH_LIGHTNING = Distribution("pytorch_lightning", "pytorch_lightning", "lightning_fabric")
+DISTRIBUTIONS: tuple[Distribution, ...] = (LIGHTNING, PYTORCH_LIGHTNING)
 
 
-def front_end_of_module(module: str) -> FrontEnd | None:
+def distribution_of_module(module: str) -> Distribution | None:
     """The front end a module belongs to, ``None`` for modules of neither."""
-    for front_end in FRONT_ENDS:
-        for root in (front_end.trainer, front_end.fabric):
+    for distribution in DISTRIBUTIONS:
+        for root in (distribution.trainer, distribution.fabric):
             if module == root or module.startswith(root + "."):
-                return front_end
+                return distribution
     return None
 
 
-def front_end_of(obj: Any) -> FrontEnd | None:
+def distribution_of(obj: Any) -> Distribution | None:
     """The front end whose Lightning classes ``obj`` (an instance or a class) is built on.
 
     >>> from lightning.pytorch import Trainer
-    >>> front_end_of(Trainer) is LIGHTNING
+    >>> distribution_of(Trainer) is LIGHTNING
     True
     """
     cls = obj if isinstance(obj, type) else type(obj)
     for klass in cls.__mro__:
-        front_end = front_end_of_module(klass.__module__)
-        if front_end is not None:
-            return front_end
+        distribution = distribution_of_module(klass.__module__)
+        if distribution is not None:
+            return distribution
     return None
 
 
@@ -91,8 +91,8 @@ _PORT_MODULES: dict[tuple[str, bool], str] = {
 }
 
 
-def port(obj: T, front_end: FrontEnd) -> T:
-    """``obj`` for ``front_end``: Lightning classes are looked up there, the package's classes rebuilt.
+def port(obj: T, distribution: Distribution) -> T:
+    """``obj`` for ``distribution``: Lightning classes are looked up there, the package's classes rebuilt.
 
     A class of this package whose bases include a Lightning class is rebuilt once (then cached)
     on the ported bases, with every class attribute ported the same way. Methods share their code
@@ -106,16 +106,16 @@ def port(obj: T, front_end: FrontEnd) -> T:
     >>> ported.__module__, [c.__module__ for c in ported.__mro__ if c.__name__ == "DDPStrategy"]
     ('lightning_anyaccel.pytorch_lightning', ['pytorch_lightning.strategies.ddp'])
     """
-    if front_end is LIGHTNING or not isinstance(obj, type):
+    if distribution is LIGHTNING or not isinstance(obj, type):
         return obj
-    if front_end_of_module(obj.__module__) is LIGHTNING:
-        module = importlib.import_module(front_end.translate(obj.__module__))
+    if distribution_of_module(obj.__module__) is LIGHTNING:
+        module = importlib.import_module(distribution.translate(obj.__module__))
         return cast(T, functools.reduce(getattr, obj.__qualname__.split("."), module))
-    if not obj.__module__.startswith("lightning_anyaccel") or front_end_of(obj) is not LIGHTNING:
+    if not obj.__module__.startswith("lightning_anyaccel") or distribution_of(obj) is not LIGHTNING:
         return obj
-    key = (obj, front_end.package)
+    key = (obj, distribution.package)
     if key not in _PORTED:
-        _PORTED[key] = _rebuild(obj, front_end)
+        _PORTED[key] = _rebuild(obj, distribution)
     return _PORTED[key]  # type: ignore[return-value]
 
 
@@ -131,17 +131,17 @@ def ported_class(module: str, name: str) -> type:
     raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
 
-def _rebuild(cls: type, front_end: FrontEnd) -> type:
+def _rebuild(cls: type, distribution: Distribution) -> type:
     class_cell = types.CellType()
     namespace = {
-        name: _rebind(port(value, front_end), class_cell, f"{cls.__qualname__}.{name}")
+        name: _rebind(port(value, distribution), class_cell, f"{cls.__qualname__}.{name}")
         for name, value in vars(cls).items()
         if name not in ("__dict__", "__weakref__")
     }
-    namespace["_front_end"] = front_end
+    namespace["_distribution"] = distribution
     fabric_side = cls.__module__.startswith("lightning_anyaccel.fabric")
-    namespace["__module__"] = _PORT_MODULES[(front_end.package, fabric_side)]
-    bases = tuple(port(base, front_end) for base in cls.__bases__)
+    namespace["__module__"] = _PORT_MODULES[(distribution.package, fabric_side)]
+    bases = tuple(port(base, distribution) for base in cls.__bases__)
     rebuilt = type(cls)(cls.__name__, bases, namespace)
     class_cell.cell_contents = rebuilt
     return rebuilt
@@ -172,4 +172,4 @@ def _rebind(value: Any, class_cell: types.CellType, where: str) -> Any:
     return functools.update_wrapper(function, value, updated=())
 
 
-__all__ = ["FRONT_ENDS", "FrontEnd", "LIGHTNING", "PYTORCH_LIGHTNING", "front_end_of", "front_end_of_module", "port", "ported_class"]
+__all__ = ["DISTRIBUTIONS", "Distribution", "LIGHTNING", "PYTORCH_LIGHTNING", "distribution_of", "distribution_of_module", "port", "ported_class"]

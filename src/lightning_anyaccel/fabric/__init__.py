@@ -21,19 +21,13 @@ from __future__ import annotations
 
 from lightning.fabric.utilities.seed import seed_everything as _lightning_seed_everything
 
-from lightning_anyaccel import runtime
 from lightning_anyaccel.accelerator import AnyAccelerator
-from lightning_anyaccel.checkpoint import portable_map_location
-from lightning_anyaccel.fabric.strategies import (
-    AnyDDPStrategy,
-    AnyDeepSpeedStrategy,
-    AnyFSDPStrategy,
-    AnyModelParallelStrategy,
-    AnyMultiProcessingLauncher,
-    AnySingleDeviceStrategy,
-    fully_shard_data_parallel,
-)
-from lightning_anyaccel.sharded_precision import AnyFabricFSDPPrecision
+from lightning_anyaccel.checkpoints.checkpoint import portable_map_location
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.sharded_precision import AnyFabricFSDPPrecision
+from lightning_anyaccel.fabric import strategies as _strategies
+
+globals().update({name: getattr(_strategies, name) for name in _strategies.__all__})
 
 
 def register() -> None:
@@ -62,17 +56,11 @@ def seed_everything(seed: int | None = None, workers: bool = True, device_type: 
 
 register()
 
-__all__ = [
+__all__ = sorted([
+    *_strategies.__all__,
     "AnyAccelerator",
-    "AnyDDPStrategy",
-    "AnyDeepSpeedStrategy",
-    "AnyFSDPStrategy",
     "AnyFabricFSDPPrecision",
-    "AnyModelParallelStrategy",
-    "AnyMultiProcessingLauncher",
-    "AnySingleDeviceStrategy",
-    "fully_shard_data_parallel",
     "portable_map_location",
     "register",
     "seed_everything",
-]
+])

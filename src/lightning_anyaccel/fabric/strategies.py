@@ -1,6 +1,6 @@
 """Fabric's strategies, under their public names: one device, DDP, or sharded (FSDP, FSDP2, DeepSpeed).
 
-Each is written next to its Trainer twin, in its family's module of
+One per row of :data:`~lightning_anyaccel.strategies.families.FAMILIES`. Each is written next to its Trainer twin, in its family's module of
 :mod:`lightning_anyaccel.strategies` (``FabricDDPStrategy`` in ``strategies/ddp.py``, ...), and is
 published here as ``AnyDDPStrategy``, ... (their ``__module__`` is this module, so pickle finds
 them here). What Fabric names differently from the Trainer is in its front-end adapter,
@@ -18,20 +18,10 @@ Example:
 
 from __future__ import annotations
 
-from lightning_anyaccel.strategies.ddp import FabricDDPStrategy as AnyDDPStrategy
-from lightning_anyaccel.strategies.deepspeed import FabricDeepSpeedStrategy as AnyDeepSpeedStrategy
-from lightning_anyaccel.strategies.fsdp import FabricFSDPStrategy as AnyFSDPStrategy
-from lightning_anyaccel.strategies.model_parallel import FabricModelParallelStrategy as AnyModelParallelStrategy
+from lightning_anyaccel.strategies.families import fabric_strategies
 from lightning_anyaccel.strategies.model_parallel import fully_shard_data_parallel
 from lightning_anyaccel.strategies.process_launchers import FabricMultiProcessingLauncher as AnyMultiProcessingLauncher
-from lightning_anyaccel.strategies.single import FabricSingleDeviceStrategy as AnySingleDeviceStrategy
 
-__all__ = [
-    "AnyDDPStrategy",
-    "AnyDeepSpeedStrategy",
-    "AnyFSDPStrategy",
-    "AnyModelParallelStrategy",
-    "AnyMultiProcessingLauncher",
-    "AnySingleDeviceStrategy",
-    "fully_shard_data_parallel",
-]
+globals().update(fabric_strategies())  # one per row of strategies.families.FAMILIES
+
+__all__ = sorted([*fabric_strategies(), "AnyMultiProcessingLauncher", "fully_shard_data_parallel"])

@@ -1,23 +1,16 @@
 """Strategies for the Trainer and Fabric: one device, DDP, or sharded (FSDP, FSDP2, DeepSpeed) on any device type.
 
 One module per strategy family (``single``, ``ddp``, ``fsdp``, ``model_parallel``, ``deepspeed``),
-each with its setup steps (``SETUP``) and both its Trainer class (exported here) and its Fabric
-class (exported by :mod:`lightning_anyaccel.fabric`).
+each with its setup steps (``SETUP``) and both its Trainer class and its Fabric class, and one row
+per family in :data:`~lightning_anyaccel.strategies.families.FAMILIES`: the Trainer classes are
+published here from that table (``AnyDDPStrategy``, ...), the Fabric classes by
+:mod:`lightning_anyaccel.fabric`. The layer may import the device, cluster and checkpoint layers,
+the front-end adapter and the contract, never the public faces above it.
 """
 
-from lightning_anyaccel.strategies.ddp import AnyDDPStrategy
-from lightning_anyaccel.strategies.deepspeed import AnyDeepSpeedStrategy
 from lightning_anyaccel.strategies.errors import DeepSpeedNotInstalledError, ShardingNotSupportedError
-from lightning_anyaccel.strategies.fsdp import AnyFSDPStrategy
-from lightning_anyaccel.strategies.model_parallel import AnyModelParallelStrategy
-from lightning_anyaccel.strategies.single import AnySingleDeviceStrategy
+from lightning_anyaccel.strategies.families import trainer_strategies
 
-__all__ = [
-    "AnyDDPStrategy",
-    "AnyDeepSpeedStrategy",
-    "AnyFSDPStrategy",
-    "AnyModelParallelStrategy",
-    "AnySingleDeviceStrategy",
-    "DeepSpeedNotInstalledError",
-    "ShardingNotSupportedError",
-]
+globals().update(trainer_strategies())
+
+__all__ = sorted([*trainer_strategies(), "DeepSpeedNotInstalledError", "ShardingNotSupportedError"])

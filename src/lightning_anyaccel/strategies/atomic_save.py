@@ -1,10 +1,10 @@
 """Atomic saves for the sharded strategies (FSDP, FSDP2, DeepSpeed), Trainer and Fabric.
 
 Every rank writes its part of the checkpoint into a sibling of the target; then rank 0 puts it
-in the target's place in one step (:func:`lightning_anyaccel.atomic_commit.commit`), so a job
+in the target's place in one step (:func:`lightning_anyaccel.checkpoints.atomic_commit.commit`), so a job
 killed at any moment of a save keeps its previous checkpoint. Loads restore a checkpoint a kill
 left renamed and report broken or foreign checkpoints clearly
-(:func:`lightning_anyaccel.checkpoint.load_errors`).
+(:func:`lightning_anyaccel.checkpoints.checkpoint.load_errors`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
-from lightning_anyaccel import atomic_commit
-from lightning_anyaccel.atomic_commit import CheckpointPath, DIR_TMP_SUFFIX
-from lightning_anyaccel.checkpoint import CheckpointSaveError, load_errors
+from lightning_anyaccel.checkpoints import atomic_commit
+from lightning_anyaccel.checkpoints.atomic_commit import DIR_TMP_SUFFIX, CheckpointPath
+from lightning_anyaccel.checkpoints.checkpoint import CheckpointSaveError, load_errors
 
 if TYPE_CHECKING:  # each save mixin is mixed in before the strategies of one front end
     from lightning.fabric.strategies import Strategy as _FabricStrategy

@@ -4,7 +4,7 @@ The mixin goes first in a strategy's bases, before the Lightning strategy class 
 (either front end). It runs the strategy family's setup (``SETUP``, an ordered tuple of
 :mod:`~lightning_anyaccel.strategies.steps`) in ``setup_environment``, and gives the strategy
 the front-end adapter (:attr:`AnyStrategyMixin.side`), the device type, the atomic checkpoint
-IO and its registration.
+IO. The names it registers are its family's row in :mod:`~lightning_anyaccel.strategies.families`.
 
 Example:
     >>> from lightning_anyaccel.strategies import AnyDDPStrategy as TrainerDDP
@@ -18,16 +18,16 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
 import torch
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.checkpoint import AtomicCheckpointIO
-from lightning_anyaccel.compilation import check_compiled
-from lightning_anyaccel.front_ends import FrontEndSide, TrainerSide
-from lightning_anyaccel.lightning_hooks import TrainerStrategyHooks
+from lightning_anyaccel.checkpoints.checkpoint import AtomicCheckpointIO
+from lightning_anyaccel.device.compilation import check_compiled
+from lightning_anyaccel.front_ends import FrontEnd, TrainerSide
+from lightning_anyaccel.lightning_stubs import TrainerStrategyHooks
 from lightning_anyaccel.strategies.steps import Setup, run_setup
 
 if TYPE_CHECKING:
@@ -39,6 +39,13 @@ T = TypeVar("T", bound=type)
 
 #: Where Fabric's strategy classes are published (and found again by pickle): their public module.
 FABRIC_PUBLIC_MODULE = "lightning_anyaccel.fabric.strategies"
+
+
+class Registered(NamedTuple):
+    """A name a strategy family registers with each front end: its description and the arguments it stands for."""
+
+    description: str
+    arguments: dict[str, Any]
 
 
 def fabric_class(name: str) -> Callable[[T], T]:
@@ -69,16 +76,16 @@ class AnyStrategyMixin(_Base):
     #: The name the strategy registers under.
     strategy_name: ClassVar[str] = ""
     #: The Lightning package the class is built on (:func:`lightning_anyaccel._lightning.port` sets it).
-    _front_end: ClassVar[_lightning.FrontEnd] = _lightning.LIGHTNING
+    _distribution: ClassVar[_lightning.Distribution] = _lightning.LIGHTNING
     #: The front end the class serves (Trainer or Fabric): how it names what differs between them.
-    _side: ClassVar[type[FrontEndSide]] = TrainerSide
+    _side: ClassVar[type[FrontEnd]] = TrainerSide
     #: The strategy's setup, in order (the family module's ``SETUP``).
     setup_steps: ClassVar[Setup] = ()
 
     @property
-    def side(self) -> FrontEndSide:
+    def side(self) -> FrontEnd:
         """The front-end adapter of this strategy (Trainer or Fabric, on its Lightning package)."""
-        return self._side(self._front_end)
+        return self._side(self._distribution)
 
     @override
     def setup_environment(self) -> None:
@@ -98,7 +105,7 @@ class AnyStrategyMixin(_Base):
         """The Trainer's model setup, after refusing compiled parts the device cannot compile (Trainer only).
 
         Runs after ``configure_model``, so a ``torch.compile`` there is checked too
-        (:func:`lightning_anyaccel.compilation.check_compiled`; nothing is probed where Inductor
+        (:func:`lightning_anyaccel.device.compilation.check_compiled`; nothing is probed where Inductor
         compiles for the device).
         """
         module = getattr(self, "lightning_module", None)
@@ -126,13 +133,5 @@ class AnyStrategyMixin(_Base):
     def checkpoint_io(self, io: Any) -> None:
         _lightning.set_checkpoint_io(self, io)
 
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register :attr:`strategy_name` (Trainer's or Fabric's registry: both have the same API)."""
-        strategy_registry.register(
-            cls.strategy_name, cls, description="One device of the accelerator's type", override=True
-        )
 
-
-__all__ = ["FABRIC_PUBLIC_MODULE", "AnyStrategyMixin", "fabric_class"]
+__all__ = ["FABRIC_PUBLIC_MODULE", "AnyStrategyMixin", "Registered", "fabric_class"]

@@ -14,9 +14,9 @@ Registered names (after ``import lightning_anyaccel``): ``any_ddp`` (popen, scri
 (:mod:`lightning_anyaccel.policy`).
 
 For multi-node jobs it also refuses inconsistent layouts before connecting, switches to
-:class:`~lightning_anyaccel.environments.AnyMPIEnvironment` under ``mpiexec``, names gloo's
+:class:`~lightning_anyaccel.cluster.environments.AnyMPIEnvironment` under ``mpiexec``, names gloo's
 network interface, bounds every wait by ``timeout`` (default 10 min, see
-:mod:`lightning_anyaccel.rendezvous`), and writes checkpoints atomically.
+:mod:`lightning_anyaccel.cluster.rendezvous`), and writes checkpoints atomically.
 
 Setup (:data:`SETUP`): the checks that need no device and no peer run in the launching process
 and in every worker; then the layout, gloo's interface, Lightning's setup within the rendezvous
@@ -25,7 +25,7 @@ deadline, the device's precision check and the exit hook.
 Example:
     >>> [step.name for step in SETUP if step.before_launch]  # doctest: +NORMALIZE_WHITESPACE
     ['supervise_worker', 'check_accelerator', 'align_precision', 'check_start_method', 'check_fork_safety',
-     'check_backend']
+     'prepare_backend']
 """
 
 from __future__ import annotations
@@ -40,41 +40,40 @@ from typing_extensions import override
 
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.front_ends import FabricSide
-from lightning_anyaccel.strategies.base import fabric_class
-from lightning_anyaccel.strategies.multi_process import LAUNCHER_PID_ENV, START_METHODS, AnyDistributedMixin
+from lightning_anyaccel.strategies.base import Registered, fabric_class
+from lightning_anyaccel.strategies.multi_process import START_METHODS, AnyDistributedMixin
 from lightning_anyaccel.strategies.parameter_moves import FabricParameterMovesMixin, TrainerParameterMovesMixin
-from lightning_anyaccel.strategies.process_launchers import AnyMultiProcessingLauncher
 from lightning_anyaccel.strategies.steps import (
+    AFTER_JOIN,
+    BEFORE_JOIN,
     Setup,
-    align_precision,
-    before_launch,
-    check_accelerator,
-    check_backend,
-    check_device_precision,
-    check_fork_safety,
-    check_layout,
-    check_start_method,
-    destroy_process_group_at_exit,
     in_worker,
+    launch_checks,
     lightning_setup_within_deadline,
-    name_socket_interface,
-    supervise_worker,
 )
 
 #: What a DDP strategy does at setup, in order (launching process: the ``before_launch`` steps).
 SETUP: Setup = (
-    before_launch(supervise_worker),  # a worker dies with its launching process
-    before_launch(check_accelerator),
-    before_launch(align_precision),
-    before_launch(check_start_method),
-    before_launch(check_fork_safety),
-    before_launch(check_backend),
-    in_worker(check_layout),
-    in_worker(name_socket_interface),
+    *launch_checks(),
+    *BEFORE_JOIN,
     in_worker(lightning_setup_within_deadline),
-    in_worker(check_device_precision),
-    in_worker(destroy_process_group_at_exit),
+    *AFTER_JOIN,
 )
+
+
+#: The names the family registers with each front end: each of :data:`START_METHODS` with its start
+#: method, also with ``_find_unused_parameters_true``.
+NAMES: dict[str, Registered] = {
+    registered: Registered(
+        f"DDP on the accelerator's device type, start method {start_method!r}{suffix}",
+        {"start_method": start_method, **arguments},
+    )
+    for name, start_method in START_METHODS.items()
+    for registered, suffix, arguments in (
+        (name, "", {}),
+        (f"{name}_find_unused_parameters_true", ", find_unused_parameters=True", {"find_unused_parameters": True}),
+    )
+}
 
 
 class AnyDDPMixin(AnyDistributedMixin):
@@ -82,18 +81,6 @@ class AnyDDPMixin(AnyDistributedMixin):
 
     strategy_name: ClassVar[str] = "any_ddp"
     setup_steps: ClassVar[Setup] = SETUP
-
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register every name of :data:`START_METHODS` with its start method, also ``..._find_unused_parameters_true``."""
-        for name, start_method in START_METHODS.items():
-            description = f"DDP on the accelerator's device type, start method {start_method!r}"
-            strategy_registry.register(name, cls, description=description, start_method=start_method, override=True)
-            strategy_registry.register(
-                f"{name}_find_unused_parameters_true", cls, description=description + ", find_unused_parameters=True",
-                start_method=start_method, find_unused_parameters=True, override=True,
-            )
 
 
 class AnyDDPStrategy(TrainerParameterMovesMixin, AnyDDPMixin, DDPStrategy):
@@ -133,5 +120,4 @@ class FabricDDPStrategy(FabricParameterMovesMixin, AnyDDPMixin, FabricDDP):
         return self._wrap_ddp(module, device_ids)
 
 
-__all__ = ["LAUNCHER_PID_ENV", "SETUP", "START_METHODS", "AnyDDPMixin", "AnyDDPStrategy",
-           "AnyMultiProcessingLauncher", "FabricDDPStrategy"]
+__all__ = ["NAMES", "SETUP", "AnyDDPMixin", "AnyDDPStrategy", "FabricDDPStrategy"]

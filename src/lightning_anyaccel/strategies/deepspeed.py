@@ -16,7 +16,7 @@ Lightning's ``DeepSpeedStrategy`` runs only with its ``CUDAAccelerator``; :class
 DeepSpeed is an optional extra: ``pip install lightning-anyaccel[deepspeed]``. On CPU without
 oneCCL it uses gloo; it compiles its ops the first time they are used (cache them with
 ``TORCH_EXTENSIONS_DIR``). A build lock left there by a killed build is waited on for at most
-10 minutes and then reported with its path (:mod:`lightning_anyaccel.build_locks`); torch alone
+10 minutes and then reported with its path (:mod:`lightning_anyaccel.cluster.build_locks`); torch alone
 would wait forever.
 
 Registered names: ``any_deepspeed``, ``any_deepspeed_stage_1``, ``any_deepspeed_stage_2``,
@@ -24,15 +24,11 @@ Registered names: ``any_deepspeed``, ``any_deepspeed_stage_1``, ``any_deepspeed_
 (the same for Fabric). The Trainer's class is :class:`AnyDeepSpeedStrategy`, Fabric's
 ``lightning_anyaccel.fabric.AnyDeepSpeedStrategy`` (:class:`FabricDeepSpeedStrategy` here).
 
-The module is longer than most because it holds the whole family in one place: its own setup
-steps, :data:`SETUP`, the mixin both front ends share, the Trainer's class (with DeepSpeed's
-inference engine) and Fabric's.
+The family's own setup steps are in :mod:`~lightning_anyaccel.strategies.deepspeed_checks`.
 
 Example:
     >>> DEEPSPEED_NAMES["any_deepspeed_stage_3_offload"]
     {'stage': 3, 'offload_optimizer': True, 'offload_parameters': True}
-    >>> deepspeed_device_types()
-    ['cpu', 'cuda', 'hpu', 'npu', 'xpu']
     >>> [step.name for step in TRAINER_SETUP if step not in SETUP]
     ['check_inference_support']
 """
@@ -40,10 +36,8 @@ Example:
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib.util
 import inspect
-import os
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -58,29 +52,30 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_anyaccel import _lightning, build_locks
-from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
-from lightning_anyaccel.devices import DEVICE_TABLE
+from lightning_anyaccel import _lightning
+from lightning_anyaccel.cluster import build_locks
 from lightning_anyaccel.front_ends import FabricSide
-from lightning_anyaccel.strategies.base import fabric_class
+from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
+from lightning_anyaccel.strategies.base import Registered, fabric_class
+from lightning_anyaccel.strategies.deepspeed_checks import (
+    check_active_deepspeed_accelerator,
+    check_inference_support,
+    check_vendor_package,
+    deepspeed_device_types,
+    inference_config_keys,
+    select_deepspeed_accelerator,
+)
 from lightning_anyaccel.strategies.errors import DeepSpeedNotInstalledError, ShardingNotSupportedError
 from lightning_anyaccel.strategies.sharded import AnyShardedMixin
 from lightning_anyaccel.strategies.steps import (
+    AFTER_JOIN,
+    BEFORE_JOIN,
     Setup,
-    align_precision,
     before_launch,
-    check_accelerator,
-    check_backend,
     check_collectives,
-    check_device_precision,
-    check_fork_safety,
-    check_layout,
-    check_start_method,
-    destroy_process_group_at_exit,
     in_worker,
-    name_socket_interface,
-    rendezvous_deadline,
-    supervise_worker,
+    launch_checks,
+    lightning_setup_within_deadline,
 )
 
 #: Registered DeepSpeed name -> arguments (the same names for the Trainer and for Fabric).
@@ -92,138 +87,27 @@ DEEPSPEED_NAMES: dict[str, dict[str, Any]] = {
     "any_deepspeed_stage_3": {"stage": 3},
     "any_deepspeed_stage_3_offload": {"stage": 3, "offload_optimizer": True, "offload_parameters": True},
 }
-
-#: The ``DS_ACCELERATOR`` values the package set in this process (a user's own value is never in it).
-_DS_ACCELERATOR_SET: set[str] = set()
+#: The names the family registers with each front end (those of :data:`DEEPSPEED_NAMES`).
+NAMES: dict[str, Registered] = {
+    name: Registered(f"DeepSpeed on the accelerator's device type {arguments}", arguments)
+    for name, arguments in DEEPSPEED_NAMES.items()
+}
 
 #: Keys of DeepSpeed's inference configuration that its training configuration has too
 #: (``deepspeed/runtime/constants.py``): in ``config=`` they do not ask for the inference engine.
 _TRAINING_KEYS = frozenset({"checkpoint"})
 
 
-def deepspeed_device_types() -> list[str]:
-    """The device types DeepSpeed runs on, from the device table.
-
-    >>> deepspeed_device_types()
-    ['cpu', 'cuda', 'hpu', 'npu', 'xpu']
-    """
-    return sorted(t for t, spec in DEVICE_TABLE.items() if spec.deepspeed_accelerator)
-
-
-@functools.cache
-def inference_config_keys() -> frozenset[str]:
-    """The keys of DeepSpeed's inference configuration (``deepspeed.init_inference``), asked from DeepSpeed.
-
-    >>> {"tensor_parallel", "dtype", "replace_with_kernel_inject"} <= inference_config_keys()
-    True
-    """
-    import deepspeed
-
-    return frozenset(deepspeed.default_inference_config())
-
-
-# ----- the family's own steps ---------------------------------------------------------------------
-
-
-def select_deepspeed_accelerator(strategy: Any) -> None:
-    """Make DeepSpeed use the strategy's device type (``DS_ACCELERATOR``), or refuse a conflicting choice.
-
-    First of the family's steps: "DeepSpeed does not run here" beats a backend message. A value
-    the package itself set for an earlier strategy in this process is replaced; a value set by the
-    user is respected (and refused when it names another device type). Whether DeepSpeed already
-    chose another accelerator in this process is checked after setup
-    (:func:`check_active_deepspeed_accelerator`).
-    """
-    name = strategy.deepspeed_accelerator
-    chosen = os.environ.get("DS_ACCELERATOR")
-    if chosen and chosen != name and chosen not in _DS_ACCELERATOR_SET:
-        raise ShardingNotSupportedError(
-            f"DS_ACCELERATOR={chosen!r} is set, but the strategy trains on {strategy.device_type!r}."
-            f" Unset DS_ACCELERATOR or set it to {name!r}."
-        )
-    os.environ["DS_ACCELERATOR"] = name  # inherited by the processes the launcher starts
-    _DS_ACCELERATOR_SET.add(name)
-
-
-def check_vendor_package(strategy: Any) -> None:
-    """Refuse, before any process starts, a device whose vendor package (which DeepSpeed's accelerator imports) is missing.
-
-    DeepSpeed's accelerator for a vendor device imports the vendor's package (``torch_npu``,
-    ``habana_frameworks.torch``, ...); a device of that type can come from another backend (an
-    ``npu`` registered by another PrivateUse1 backend, such as the tests' emulator). There,
-    DeepSpeed stops with "NPU_Accelerator requires torch_npu" in every worker once
-    ``DS_ACCELERATOR`` names the device type, and without it picks its CPU accelerator: its
-    distributed start-up then compiles its shared-memory op for minutes while the other ranks wait
-    without a word, and it treats the device's tensors as CPU tensors (docs/limitations.md).
-    """
-    module = strategy._spec.vendor_module
-    if module is not None and importlib.util.find_spec(module.split(".")[0]) is None:
-        raise ShardingNotSupportedError(
-            f"DeepSpeed's {strategy.deepspeed_accelerator!r} accelerator needs `{module}`, which is not installed here"
-            f" (the {strategy.device_type!r} device comes from another backend); without it DeepSpeed would run its"
-            " CPU accelerator on the device's tensors. Use strategy='any_fsdp' or 'any_fsdp2', which need nothing"
-            " beyond torch."
-        )
-
-
-def lightning_setup_past_deepspeed_check(strategy: Any) -> None:
-    """Lightning's ``setup_environment`` without ``DeepSpeedStrategy``'s own (it refuses every accelerator but
-    CUDA), within the rendezvous deadline; the process group starts in the front end's hook
-    (:meth:`AnyDeepSpeedMixin._setup_deepspeed_distributed`)."""
-    with rendezvous_deadline(strategy):
-        super(strategy.side.deepspeed_strategy_class(), strategy).setup_environment()
-
-
-def check_active_deepspeed_accelerator(strategy: Any) -> None:
-    """After setup: refuse a DeepSpeed that already picked another accelerator in this process."""
-    from deepspeed.accelerator import get_accelerator
-
-    active = get_accelerator().device_name()
-    if active != strategy.deepspeed_accelerator:
-        raise ShardingNotSupportedError(
-            f"DeepSpeed already chose its {active!r} accelerator in this process, but the strategy trains on"
-            f" {strategy.device_type!r}. Set DS_ACCELERATOR={strategy.deepspeed_accelerator} before importing deepspeed."
-        )
-
-
-def check_inference_support(strategy: Any) -> None:
-    """Trainer: refuse kernel injection where DeepSpeed has no inference kernels for the device (cuda, hpu have them).
-
-    Raises:
-        ShardingNotSupportedError: ``replace_with_kernel_inject=True`` without DeepSpeed's
-            ``InferenceBuilder`` for the device, naming the setting that runs (automatic
-            tensor parallelism, ``replace_with_kernel_inject=False``).
-    """
-    if not strategy.inference_kwargs.get("replace_with_kernel_inject"):
-        return
-    from deepspeed.accelerator import get_accelerator
-
-    builder = get_accelerator().create_op_builder("InferenceBuilder")  # hpu, cuda: yes; cpu: NotImplementedBuilder
-    if builder is None or type(builder).__name__ == "NotImplementedBuilder" or not builder.is_compatible(False):
-        raise ShardingNotSupportedError(
-            f"replace_with_kernel_inject=True needs DeepSpeed's inference kernels, which DeepSpeed does not have"
-            f" for {strategy.device_type!r} (its {get_accelerator().device_name()!r} accelerator). Pass"
-            " replace_with_kernel_inject=False: DeepSpeed then splits the model's linear layers across"
-            " tensor_parallel={'tp_size': N} ranks without custom kernels (automatic tensor parallelism)."
-        )
-
-
 #: What a DeepSpeed strategy does at setup, in order (launching process: the ``before_launch`` steps).
+#: Lightning's setup runs past ``DeepSpeedStrategy``'s own (:meth:`AnyDeepSpeedMixin.lightning_setup_environment`).
 SETUP: Setup = (
     before_launch(select_deepspeed_accelerator),
     before_launch(check_vendor_package),
     before_launch(check_collectives),
-    before_launch(supervise_worker),
-    before_launch(check_accelerator),
-    before_launch(align_precision),
-    before_launch(check_start_method),
-    before_launch(check_fork_safety),
-    before_launch(check_backend),
-    in_worker(check_layout),
-    in_worker(name_socket_interface),
-    in_worker(lightning_setup_past_deepspeed_check),
-    in_worker(check_device_precision),
-    in_worker(destroy_process_group_at_exit),
+    *launch_checks(),
+    *BEFORE_JOIN,
+    in_worker(lightning_setup_within_deadline),
+    *AFTER_JOIN,
     in_worker(check_active_deepspeed_accelerator),
 )
 
@@ -256,7 +140,7 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
 
     strategy_name: ClassVar[str] = "any_deepspeed"
     setup_steps: ClassVar[Setup] = SETUP
-    _sharding_name = "DeepSpeed"
+    sharding_name = "DeepSpeed"
     config: Any
     local_rank: int
 
@@ -276,24 +160,34 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         Raises:
             ShardingNotSupportedError: DeepSpeed does not run on the device type.
         """
-        name = self._spec.deepspeed_accelerator
+        name = self.spec.deepspeed_accelerator
         if name is None:
             raise ShardingNotSupportedError(
-                f"DeepSpeed is not enabled for {self._spec.name} ({self.device_type!r}) in the device table; it runs on"
+                f"DeepSpeed is not enabled for {self.spec.name} ({self.device_type!r}) in the device table; it runs on"
                 f" {', '.join(deepspeed_device_types())}. Use strategy='any_fsdp' or 'any_fsdp2' to shard on"
                 f" {self.device_type!r}."
             )
         return name
 
+    @override
+    def lightning_setup_environment(self) -> None:
+        """Lightning's ``setup_environment`` past ``DeepSpeedStrategy``'s own, which refuses every accelerator but CUDA.
+
+        The process group starts in the front end's hook (:meth:`_setup_deepspeed_distributed`).
+        """
+        lightning_deepspeed: Any = self.side.deepspeed_strategy_class()
+        super(lightning_deepspeed, self).setup_environment()
+
     def _setup_deepspeed_distributed(self) -> None:
         """Check device indices only where devices have them, then start DeepSpeed's process group.
 
         Both front ends call this from their process-group hook (Trainer: ``setup_distributed``;
-        Fabric: ``_setup_distributed``), inside the step :func:`lightning_setup_past_deepspeed_check`.
+        Fabric: ``_setup_distributed``), inside the step
+        :func:`~lightning_anyaccel.strategies.steps.lightning_setup_within_deadline`.
         """
         parallel_devices = self.parallel_devices
         assert parallel_devices is not None
-        if self._process_group_device() is not None and self._spec.process_device_env is None:  # Gaudi: all hpu:0
+        if self._process_group_device() is not None and self.spec.process_device_env is None:  # Gaudi: all hpu:0
             _lightning.validate_device_index_selection(parallel_devices)
         reset_seed()
         self.side.set_world_ranks(self)
@@ -330,16 +224,6 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
             lr_scheduler=lr_scheduler,
             dist_init_required=False,
         )
-
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register every name of :data:`DEEPSPEED_NAMES` with its arguments."""
-        for name, arguments in DEEPSPEED_NAMES.items():
-            strategy_registry.register(
-                name, cls, description=f"DeepSpeed on the accelerator's device type {arguments}", override=True,
-                **arguments,
-            )
 
 
 class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy):
@@ -490,5 +374,5 @@ class FabricDeepSpeedStrategy(FabricAtomicSaveMixin, AnyDeepSpeedMixin, FabricDe
         return engine, deepspeed_optimizer, deepspeed_scheduler
 
 
-__all__ = ["DEEPSPEED_NAMES", "SETUP", "TRAINER_SETUP", "AnyDeepSpeedMixin", "AnyDeepSpeedStrategy",
-           "DeepSpeedNotInstalledError", "FabricDeepSpeedStrategy", "deepspeed_device_types", "inference_config_keys"]
+__all__ = ["DEEPSPEED_NAMES", "NAMES", "SETUP", "TRAINER_SETUP", "AnyDeepSpeedMixin", "AnyDeepSpeedStrategy",
+           "FabricDeepSpeedStrategy"]

@@ -2,15 +2,15 @@
 
 What Lightning's ``FSDPStrategy`` does that only works on CUDA, and what :class:`AnyFSDPMixin` does instead:
 
-- the connector refuses FSDP unless the accelerator is CUDA (audit row 7): the check is
+- the connector refuses FSDP unless the accelerator is CUDA: the check is
   ``type(strategy) is FSDPStrategy`` and the registered names, so these subclasses and their own
   names (``any_fsdp``, ``any_fsdp_cpu_offload``) pass;
 - ``FullyShardedDataParallel(device_id=root_device.index)``: ``None`` on CPU, which FSDP then
   resolves to "the current accelerator" and fails; here ``device_id`` is the ``torch.device``;
-- a ``device_mesh=(replicas, shards)`` tuple becomes ``init_device_mesh("cuda", ...)`` (row 25);
+- a ``device_mesh=(replicas, shards)`` tuple becomes ``init_device_mesh("cuda", ...)``;
   here the mesh is built on the strategy's device type;
-- ``FSDPPrecision`` autocasts on ``"cuda"`` with a CUDA ``ShardedGradScaler`` (row 9); here
-  :class:`~lightning_anyaccel.sharded_precision.AnyFSDPPrecision` on the device type;
+- ``FSDPPrecision`` autocasts on ``"cuda"`` with a CUDA ``ShardedGradScaler``; here
+  :class:`~lightning_anyaccel.device.sharded_precision.AnyFSDPPrecision` on the device type;
 - full-state-dict checkpoints gather with ``offload_to_cpu=True``, which segfaults when FSDP
   runs on CPU; here offloading follows the device table (``fsdp_full_state_offload``);
 - ``cpu_offload=True`` on CPU fails at the first step (torch pins the offloaded shards, which needs
@@ -21,7 +21,7 @@ What Lightning's ``FSDPStrategy`` does that only works on CUDA, and what :class:
 
 The Trainer's class is :class:`AnyFSDPStrategy`, Fabric's ``lightning_anyaccel.fabric.AnyFSDPStrategy``
 (:class:`FabricFSDPStrategy` here). The module holds the whole family (its steps, :data:`SETUP`,
-the shared mixin, both classes and their checkpoint hooks), hence its length.
+the shared mixin, both classes and their checkpoint hooks).
 
 Example:
     >>> from lightning import Trainer
@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Generator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from lightning.fabric.strategies import FSDPStrategy as FabricFSDP
@@ -49,36 +49,47 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
-from lightning_anyaccel.devices import is_host
+from lightning_anyaccel.device.devices import is_host
+from lightning_anyaccel.device.precision import align_precision_plugin
+from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision
 from lightning_anyaccel.front_ends import FabricSide
-from lightning_anyaccel.precision import align_precision_plugin
-from lightning_anyaccel.sharded_precision import AnyFSDPPrecision
-from lightning_anyaccel.strategies.base import fabric_class
+from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
+from lightning_anyaccel.strategies.base import Registered, fabric_class
 from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
 from lightning_anyaccel.strategies.sharded import AnyShardedMixin
 from lightning_anyaccel.strategies.steps import (
+    AFTER_JOIN,
+    BEFORE_JOIN,
     Setup,
+    ShardedTarget,
     before_launch,
-    check_accelerator,
-    check_backend,
     check_collectives,
-    check_device_precision,
-    check_fork_safety,
-    check_layout,
-    check_start_method,
-    destroy_process_group_at_exit,
     in_worker,
+    launch_checks,
     lightning_setup_within_deadline,
-    name_socket_interface,
-    supervise_worker,
 )
-
 
 # ----- the family's own steps ---------------------------------------------------------------------
 
 
-def align_fsdp_precision(strategy: Any) -> None:
+class FSDPTarget(ShardedTarget, Protocol):
+    """What the FSDP family's steps may use of the strategy (:class:`AnyFSDPMixin`)."""
+
+    cpu_offload: Any
+    #: A ``device_mesh`` tuple held back during Lightning's setup (:func:`hold_device_mesh_shape`).
+    device_mesh_shape: tuple[int, ...] | None
+
+    @property
+    def state_dict_offload(self) -> bool:
+        """Whether full state dicts are gathered with ``offload_to_cpu``."""
+        ...
+
+    def init_device_mesh(self, shape: tuple[int, ...], names: tuple[str, ...] | None = None) -> Any:
+        """A ``DeviceMesh`` of ``shape`` on the strategy's device type."""
+        ...
+
+
+def align_fsdp_precision(strategy: FSDPTarget) -> None:
     """Replace the front end's CUDA-bound ``FSDPPrecision`` with the package's one on the device type."""
     side = strategy.side
     lightning_precision, any_precision = side.fsdp_precision_classes()
@@ -89,11 +100,15 @@ def align_fsdp_precision(strategy: Any) -> None:
         side.set_precision_plugin(strategy, align_precision_plugin(plugin, strategy.device_type))
 
 
-def check_state_dict_offload(strategy: Any) -> None:
-    """Refuse ``state_dict_offload=True`` for full state dicts where torch crashes on it (CPU)."""
-    spec = strategy._spec
+def check_state_dict_offload(strategy: FSDPTarget) -> None:
+    """Refuse ``state_dict_offload=True`` for full state dicts where torch crashes on it (CPU).
+
+    Unless given, :attr:`~AnyFSDPMixin.state_dict_offload` is the table's ``fsdp_full_state_offload``,
+    which passes.
+    """
+    spec = strategy.spec
     state_dict_type = _lightning.fsdp_state_dict_type(strategy)
-    if strategy._state_dict_offload and state_dict_type == "full" and not spec.fsdp_full_state_offload:
+    if strategy.state_dict_offload and state_dict_type == "full" and not spec.fsdp_full_state_offload:
         raise ShardingNotSupportedError(
             f"{type(strategy).__name__}(state_dict_offload=True, state_dict_type='full') on {spec.name}: torch's"
             " FSDP frees storage it still reads when it 'offloads' tensors that already live on CPU, and the"
@@ -102,7 +117,7 @@ def check_state_dict_offload(strategy: Any) -> None:
         )
 
 
-def check_cpu_offload(strategy: Any) -> None:
+def check_cpu_offload(strategy: FSDPTarget) -> None:
     """Refuse ``cpu_offload`` (``any_fsdp_cpu_offload``) where the parameters already live in host memory (CPU).
 
     There is nothing to offload to, and torch's FSDP pins the offloaded shards, which needs an
@@ -111,57 +126,57 @@ def check_cpu_offload(strategy: Any) -> None:
     """
     if getattr(strategy.cpu_offload, "offload_params", False) and is_host(strategy.device_type):
         raise ShardingNotSupportedError(
-            f"{type(strategy).__name__}(cpu_offload=True) (the name 'any_fsdp_cpu_offload') on {strategy._spec.name}:"
+            f"{type(strategy).__name__}(cpu_offload=True) (the name 'any_fsdp_cpu_offload') on {strategy.spec.name}:"
             " the parameters already live in host memory, and torch's FSDP pins offloaded shards, which needs an"
             " accelerator. Use strategy='any_fsdp' on CPU; CPU offload is for accelerators."
         )
 
 
-def hold_device_mesh_shape(strategy: Any) -> None:
+def hold_device_mesh_shape(strategy: FSDPTarget) -> None:
     """Take a ``device_mesh=(replicas, shards)`` tuple out of the FSDP arguments before Lightning's setup.
 
     Lightning would build it with ``init_device_mesh("cuda", ...)``; :func:`build_device_mesh` builds it.
     """
     options = strategy.side.fsdp_options(strategy)
     shape = options.get("device_mesh")
-    strategy._device_mesh_shape = shape if isinstance(shape, tuple) else None
+    strategy.device_mesh_shape = shape if isinstance(shape, tuple) else None
     if isinstance(shape, tuple):
         del options["device_mesh"]
 
 
-def build_device_mesh(strategy: Any) -> None:
+def build_device_mesh(strategy: FSDPTarget) -> None:
     """Build the mesh held by :func:`hold_device_mesh_shape` on the strategy's device type (needs the group)."""
-    shape = strategy._device_mesh_shape
+    shape = strategy.device_mesh_shape
     if shape is not None:
-        strategy.side.fsdp_options(strategy)["device_mesh"] = strategy._init_device_mesh(shape, ("replicate", "shard"))
+        strategy.side.fsdp_options(strategy)["device_mesh"] = strategy.init_device_mesh(shape, ("replicate", "shard"))
 
 
 #: What an FSDP strategy does at setup, in order (launching process: the ``before_launch`` steps).
 SETUP: Setup = (
     before_launch(check_collectives),
-    before_launch(supervise_worker),
-    before_launch(check_accelerator),
-    before_launch(align_fsdp_precision),
-    before_launch(check_start_method),
-    before_launch(check_fork_safety),
-    before_launch(check_backend),
+    *launch_checks(align=align_fsdp_precision),
     before_launch(check_state_dict_offload),
     before_launch(check_cpu_offload),
-    in_worker(check_layout),
-    in_worker(name_socket_interface),
+    *BEFORE_JOIN,
     in_worker(hold_device_mesh_shape),
     in_worker(lightning_setup_within_deadline),
     in_worker(build_device_mesh),
-    in_worker(check_device_precision),
-    in_worker(destroy_process_group_at_exit),
+    *AFTER_JOIN,
 )
+
+#: The names the family registers with each front end (``any_fsdp_cpu_offload``: parameters offloaded to host memory).
+NAMES: dict[str, Registered] = {
+    "any_fsdp": Registered("FSDP on the accelerator's device type", {}),
+    "any_fsdp_cpu_offload": Registered(
+        "FSDP on the accelerator's device type, parameters offloaded to CPU", {"cpu_offload": True}),
+}
 
 
 def full_state_dict_context(module: torch.nn.Module, offload: bool, rank0_only: bool = True) -> AbstractContextManager:
     """FSDP's full-state-dict mode for ``module``, offloading gathered tensors to CPU only if ``offload``.
 
     Lightning's own helper (both front ends) always offloads, which crashes torch when FSDP runs
-    on CPU (see :attr:`~lightning_anyaccel.devices.DeviceSpec.fsdp_full_state_offload`).
+    on CPU (see :attr:`~lightning_anyaccel.device.devices.DeviceSpec.fsdp_full_state_offload`).
     """
     from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig, StateDictType
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -191,9 +206,9 @@ class AnyFSDPMixin(AnyShardedMixin):
 
     strategy_name: ClassVar[str] = "any_fsdp"
     setup_steps: ClassVar[Setup] = SETUP
-    _sharding_name = "FSDP"
+    sharding_name = "FSDP"
     #: A ``device_mesh`` tuple held back during Lightning's setup (:func:`hold_device_mesh_shape`).
-    _device_mesh_shape: tuple[int, ...] | None = None
+    device_mesh_shape: tuple[int, ...] | None = None
     cpu_offload: Any
     sharding_strategy: Any
     mixed_precision_config: Any
@@ -207,7 +222,7 @@ class AnyFSDPMixin(AnyShardedMixin):
         """Whether full state dicts are gathered with ``offload_to_cpu`` (the table decides unless given)."""
         if self._state_dict_offload is not None:
             return self._state_dict_offload
-        return self._spec.fsdp_full_state_offload
+        return self.spec.fsdp_full_state_offload
 
     def _fsdp_wrap_kwargs(self) -> dict[str, Any]:
         """Arguments for every ``FullyShardedDataParallel`` the strategy builds: ``device_id`` is the device.
@@ -245,20 +260,6 @@ class AnyFSDPMixin(AnyShardedMixin):
         """FSDP's full-state-dict mode, offloading to CPU only where :attr:`state_dict_offload` allows it."""
         return full_state_dict_context(module, self.state_dict_offload, rank0_only)
 
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register ``any_fsdp`` and ``any_fsdp_cpu_offload`` (parameters offloaded to host memory)."""
-        strategy_registry.register(
-            "any_fsdp", cls, description="FSDP on the accelerator's device type", override=True
-        )
-        strategy_registry.register(
-            "any_fsdp_cpu_offload",
-            cls,
-            description="FSDP on the accelerator's device type, parameters offloaded to CPU",
-            cpu_offload=True,
-            override=True,
-        )
 
 
 class AnyFSDPStrategy(AtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):
@@ -328,7 +329,7 @@ class FabricFSDPStrategy(FabricAtomicSaveMixin, AnyFSDPMixin, FabricFSDP):
     ``FSDPStrategy`` (``sharding_strategy``, ``state_dict_type`` ``"sharded"``/``"full"``,
     ``auto_wrap_policy``, ``cpu_offload``, ``device_mesh``, ...), plus ``state_dict_offload`` (see
     :class:`AnyFSDPMixin`). Registered as ``any_fsdp`` and ``any_fsdp_cpu_offload``; mixed precision
-    uses :class:`~lightning_anyaccel.sharded_precision.AnyFabricFSDPPrecision`.
+    uses :class:`~lightning_anyaccel.device.sharded_precision.AnyFabricFSDPPrecision`.
 
     Example:
         >>> from lightning import Fabric
@@ -380,4 +381,4 @@ class FabricFSDPStrategy(FabricAtomicSaveMixin, AnyFSDPMixin, FabricFSDP):
             return super().load_checkpoint(*args, **kwargs)
 
 
-__all__ = ["SETUP", "AnyFSDPMixin", "AnyFSDPStrategy", "FabricFSDPStrategy", "full_state_dict_context"]
+__all__ = ["NAMES", "SETUP", "AnyFSDPMixin", "AnyFSDPStrategy", "FabricFSDPStrategy", "full_state_dict_context"]

@@ -3,7 +3,7 @@
 Lightning's ``ModelParallelStrategy`` already builds its device mesh on ``root_device.type``
 and works unchanged on CPU (measured: gloo, 2 processes). What it lacks elsewhere is what the
 package adds to every strategy: the collective backend from the device table (Lightning's map
-gives HPU ``fake``, audit row 10), a mixed-precision plugin for the device type instead of
+gives HPU ``fake``), a mixed-precision plugin for the device type instead of
 ``"cuda"``, the barrier without NCCL-only ``device_ids``, and the refusal of devices without
 collectives. The user shards in ``LightningModule.configure_model`` with ``fully_shard``, using
 ``self.device_mesh`` (Fabric: a ``parallelize_fn``, by default :func:`fully_shard_data_parallel`).
@@ -27,7 +27,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Protocol, cast
 
 from lightning.fabric.strategies import ModelParallelStrategy as FabricModelParallel
 from lightning.pytorch.strategies import ModelParallelStrategy
@@ -37,32 +37,34 @@ from typing_extensions import override
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
 from lightning_anyaccel.front_ends import FabricSide
-from lightning_anyaccel.strategies.base import fabric_class
+from lightning_anyaccel.strategies.base import Registered, fabric_class
 from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
 from lightning_anyaccel.strategies.sharded import AnyShardedMixin
 from lightning_anyaccel.strategies.steps import (
+    AFTER_JOIN,
+    BEFORE_JOIN,
+    DistributedTarget,
     Setup,
-    align_precision,
     before_launch,
-    check_accelerator,
-    check_backend,
     check_collectives,
-    check_device_precision,
-    check_fork_safety,
-    check_layout,
-    check_start_method,
-    destroy_process_group_at_exit,
     in_worker,
+    launch_checks,
     lightning_setup_within_deadline,
-    name_socket_interface,
-    supervise_worker,
+    with_launch_check,
 )
 
 
 # ----- the family's own steps ---------------------------------------------------------------------
 
 
-def size_fsdp2_mesh(strategy: Any) -> None:
+class FabricModelParallelTarget(DistributedTarget, Protocol):
+    """What Fabric's model-parallel check may use of the strategy (:class:`FabricModelParallelStrategy`)."""
+
+    #: Whether no ``parallelize_fn`` was given (:func:`fully_shard_data_parallel` stands in).
+    default_parallelize: bool
+
+
+def size_fsdp2_mesh(strategy: DistributedTarget) -> None:
     """Pure FSDP2 (``tensor_parallel_size=1``): every process in the sharding dimension.
 
     Lightning's ``data_parallel_size="auto"`` would make it the number of nodes.
@@ -72,10 +74,10 @@ def size_fsdp2_mesh(strategy: Any) -> None:
         _lightning.set_data_parallel_size(strategy, strategy.num_nodes * strategy.num_processes)
 
 
-def check_parallelize_fn(strategy: Any) -> None:
+def check_parallelize_fn(strategy: FabricModelParallelTarget) -> None:
     """Fabric: refuse tensor parallelism without the user's ``parallelize_fn`` (no plan can be guessed)."""
     tensor_parallel_size = _lightning.model_parallel_sizes(strategy)[1]
-    if strategy._default_parallelize and tensor_parallel_size != 1:
+    if strategy.default_parallelize and tensor_parallel_size != 1:
         raise ShardingNotSupportedError(
             f"{type(strategy).__name__}(tensor_parallel_size={tensor_parallel_size!r}) needs your"
             " parallelize_fn: Fabric cannot guess a tensor-parallel plan. Pass"
@@ -86,37 +88,21 @@ def check_parallelize_fn(strategy: Any) -> None:
 #: What a model-parallel strategy does at setup, in order (launching process: the ``before_launch`` steps).
 SETUP: Setup = (
     before_launch(check_collectives),
-    before_launch(supervise_worker),
-    before_launch(check_accelerator),
-    before_launch(align_precision),
-    before_launch(check_start_method),
-    before_launch(check_fork_safety),
-    before_launch(check_backend),
-    in_worker(check_layout),
-    in_worker(name_socket_interface),
+    *launch_checks(),
+    *BEFORE_JOIN,
     in_worker(size_fsdp2_mesh),
     in_worker(lightning_setup_within_deadline),
-    in_worker(check_device_precision),
-    in_worker(destroy_process_group_at_exit),
+    *AFTER_JOIN,
 )
 
-#: Fabric's: the same, and the ``parallelize_fn`` check before launching.
-FABRIC_SETUP: Setup = (
-    before_launch(check_collectives),
-    before_launch(supervise_worker),
-    before_launch(check_accelerator),
-    before_launch(align_precision),
-    before_launch(check_start_method),
-    before_launch(check_fork_safety),
-    before_launch(check_backend),
-    before_launch(check_parallelize_fn),
-    in_worker(check_layout),
-    in_worker(name_socket_interface),
-    in_worker(size_fsdp2_mesh),
-    in_worker(lightning_setup_within_deadline),
-    in_worker(check_device_precision),
-    in_worker(destroy_process_group_at_exit),
-)
+#: Fabric's: the same, and the ``parallelize_fn`` check last before launching.
+FABRIC_SETUP: Setup = with_launch_check(SETUP, check_parallelize_fn)
+
+#: The names the family registers with each front end: Lightning's defaults, and pure FSDP2 (``tensor_parallel_size=1``).
+NAMES: dict[str, Registered] = {
+    "any_model_parallel": Registered("FSDP2 + tensor parallel on the accelerator's device type", {}),
+    "any_fsdp2": Registered("FSDP2 (fully_shard) on the accelerator's device type", {"tensor_parallel_size": 1}),
+}
 
 
 def reduce_gradients_with_sum(module: Module) -> None:
@@ -145,20 +131,7 @@ class AnyModelParallelMixin(AnyShardedMixin):
 
     strategy_name: ClassVar[str] = "any_model_parallel"
     setup_steps: ClassVar[Setup] = SETUP
-    _sharding_name = "FSDP2 (ModelParallelStrategy)"
-
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register ``any_model_parallel`` (Lightning's defaults) and ``any_fsdp2`` (``tensor_parallel_size=1``)."""
-        strategy_registry.register(
-            "any_model_parallel", cls, description="FSDP2 + tensor parallel on the accelerator's device type",
-            override=True,
-        )
-        strategy_registry.register(
-            "any_fsdp2", cls, description="FSDP2 (fully_shard) on the accelerator's device type",
-            tensor_parallel_size=1, override=True,
-        )
+    sharding_name = "FSDP2 (ModelParallelStrategy)"
 
 
 class AnyModelParallelStrategy(AtomicSaveMixin, AnyModelParallelMixin, ModelParallelStrategy):
@@ -214,7 +187,7 @@ class FabricModelParallelStrategy(FabricAtomicSaveMixin, AnyModelParallelMixin, 
 
     def __init__(self, parallelize_fn: Any = None, *args: Any, **kwargs: Any) -> None:
         super().__init__(parallelize_fn or fully_shard_data_parallel, *args, **kwargs)
-        self._default_parallelize = parallelize_fn is None
+        self.default_parallelize = parallelize_fn is None
 
     @override
     def setup_module(self, module: Module) -> Module:
@@ -224,5 +197,5 @@ class FabricModelParallelStrategy(FabricAtomicSaveMixin, AnyModelParallelMixin, 
         return module
 
 
-__all__ = ["FABRIC_SETUP", "SETUP", "AnyModelParallelMixin", "AnyModelParallelStrategy",
+__all__ = ["FABRIC_SETUP", "NAMES", "SETUP", "AnyModelParallelMixin", "AnyModelParallelStrategy",
            "FabricModelParallelStrategy", "fully_shard_data_parallel", "reduce_gradients_with_sum"]

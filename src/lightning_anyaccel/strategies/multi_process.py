@@ -3,7 +3,7 @@
 DDP (:mod:`~lightning_anyaccel.strategies.ddp`) and the sharded families
 (:mod:`~lightning_anyaccel.strategies.sharded`) build on it: the devices of the local ranks, the
 collective backend from the device table, the launcher (Lightning's for ``popen``, the fork-checked
-one otherwise; :class:`~lightning_anyaccel.environments.AnyMPIEnvironment` under ``mpiexec``), DDP
+one otherwise; :class:`~lightning_anyaccel.cluster.environments.AnyMPIEnvironment` under ``mpiexec``), DDP
 wrapping on the current stream, a barrier on every backend and the report of a failed collective.
 Its setup steps are in :mod:`~lightning_anyaccel.strategies.steps`; each family lists them in its ``SETUP``.
 
@@ -24,13 +24,15 @@ from lightning.fabric.plugins.environments import LightningEnvironment, MPIEnvir
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
-from lightning_anyaccel import _lightning, rendezvous, supervision
+from lightning_anyaccel import _lightning
 from lightning_anyaccel.accelerator import DeviceCountError, process_devices
-from lightning_anyaccel.distributed import reduce_mean_as_sum, resolve_backend
-from lightning_anyaccel.environments import AnyMPIEnvironment
-from lightning_anyaccel.lightning_hooks import DistributedHooks
+from lightning_anyaccel.cluster import rendezvous, supervision
+from lightning_anyaccel.cluster.environments import AnyMPIEnvironment
+from lightning_anyaccel.device.distributed import reduce_mean_as_sum, resolve_backend
+from lightning_anyaccel.device.sync_batchnorm import DeviceLayerSync
+from lightning_anyaccel.lightning_stubs import DistributedHooks
 from lightning_anyaccel.strategies.base import AnyStrategyMixin
-from lightning_anyaccel.sync_batchnorm import DeviceLayerSync
+from lightning_anyaccel.strategies.process_launchers import launcher_class
 
 if TYPE_CHECKING:
     _Base = DistributedHooks
@@ -66,9 +68,11 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
     global_rank: int
     world_size: int
     strategy_name: ClassVar[str] = "any_ddp"
+    #: The collective backend the setup step ``prepare_backend`` resolved (``None`` before it ran).
+    resolved_backend: str | None = None
 
     def __init__(self, *args: Any, timeout: timedelta | None = None, **kwargs: Any) -> None:
-        """``timeout=None`` means :func:`~lightning_anyaccel.rendezvous.default_timeout` (10 min, or
+        """``timeout=None`` means :func:`~lightning_anyaccel.cluster.rendezvous.default_timeout` (10 min, or
         ``$LIGHTNING_ANYACCEL_TIMEOUT`` seconds)."""
         super().__init__(*args, timeout=timeout or rendezvous.default_timeout(), **kwargs)
 
@@ -104,8 +108,8 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
         their backend right after construction. ``None`` while neither devices nor accelerator are known.
         """
         given = _lightning.process_group_backend_given(self)
-        if given:
-            return given
+        if given or self.resolved_backend:
+            return given or self.resolved_backend
         device_type = self.parallel_devices[0].type if self.parallel_devices else getattr(
             self.accelerator, "device_type", None)
         return resolve_backend(torch.device(device_type)) if device_type else None
@@ -115,7 +119,7 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
         """Lightning's layer-sync plugin (``sync_batchnorm=True``), made to run on the device.
 
         The Trainer sets Lightning's ``TorchSyncBatchNorm`` here; it is wrapped in
-        :class:`~lightning_anyaccel.sync_batchnorm.DeviceLayerSync`, which converts to torch's
+        :class:`~lightning_anyaccel.device.sync_batchnorm.DeviceLayerSync`, which converts to torch's
         ``SyncBatchNorm`` only where the device has its kernels (CUDA; not CPU or most other
         devices) and to the package's all-reduce ``DeviceSyncBatchNorm`` elsewhere. Any other
         plugin is kept as given.
@@ -135,13 +139,13 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
         assert timeout is not None
         return timeout
 
-    def _resolve_backend(self) -> str:
-        return resolve_backend(self.root_device, _lightning.process_group_backend_given(self))
-
     @override
     def _get_process_group_backend(self) -> str:
-        """Lightning's hook for the backend: the device table's choice, never ``fake`` or a silent ``gloo``."""
-        return self._resolve_backend()
+        """Lightning's hook for the backend: the device table's choice, never ``fake`` or a silent ``gloo``.
+
+        The one the setup step ``prepare_backend`` resolved; resolved here only when no setup ran.
+        """
+        return self.resolved_backend or resolve_backend(self.root_device, _lightning.process_group_backend_given(self))
 
     @override
     def _configure_launcher(self) -> None:
@@ -151,7 +155,7 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
         if start_method == "popen":
             super()._configure_launcher()
         else:
-            _lightning.set_launcher(self, self.side.launcher_class()(self, start_method=start_method))
+            _lightning.set_launcher(self, launcher_class(self.side)(self, start_method=start_method))
         if not self.cluster_environment.creates_processes_externally:  # this process starts the workers
             supervision.prepare_launch()
         if self.parallel_devices:
@@ -195,7 +199,7 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
         """Trainer: Lightning's reduction, a mean as a sum divided by the group's size (no ``ReduceOp.AVG``).
 
         What ``self.log(..., sync_dist=True)`` and ``strategy.reduce`` call; see
-        :func:`~lightning_anyaccel.distributed.reduce_mean_as_sum`.
+        :func:`~lightning_anyaccel.device.distributed.reduce_mean_as_sum`.
         """
         return reduce_mean_as_sum(super().reduce, tensor, group, reduce_op)
 

@@ -1,6 +1,6 @@
 """Optimizers step the parameters the model trains, even where moving the model replaced them.
 
-A move to some devices replaces a module's parameters (see :mod:`lightning_anyaccel.optimizer_params`);
+A move to some devices replaces a module's parameters (see :mod:`lightning_anyaccel.checkpoints.optimizer_params`);
 an optimizer built before the move would step the old CPU tensors. The Trainer's and Fabric's
 single-device and DDP strategies mix in the class of their front end.
 """
@@ -13,7 +13,7 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 from typing_extensions import override
 
-from lightning_anyaccel.optimizer_params import named_parameters, replaced_parameters, repoint_optimizer
+from lightning_anyaccel.checkpoints.optimizer_params import named_parameters, replaced_parameters, repoint_optimizer
 
 if TYPE_CHECKING:  # each mixin is mixed in before the strategies of one front end
     from lightning.fabric.strategies import Strategy as _FabricBase
@@ -26,7 +26,7 @@ class TrainerParameterMovesMixin(_TrainerBase):
     """Trainer: optimizers step the parameters the model trains, even where moving it replaced them.
 
     An optimizer the user built before ``fit`` (in ``__init__``, returned by ``configure_optimizers``)
-    holds the CPU parameters a replacing move left behind (see :mod:`lightning_anyaccel.optimizer_params`).
+    holds the CPU parameters a replacing move left behind (see :mod:`lightning_anyaccel.checkpoints.optimizer_params`).
     Mixed in before the package's single-device and DDP strategies.
     """
 

@@ -1,8 +1,7 @@
 """Lightning's spawn/fork launchers (Trainer's and Fabric's) with the package's fixes.
 
 :class:`SafeLaunchMixin` is mixed in before Lightning's ``_MultiProcessingLauncher`` of either
-front end; the distributed strategies take the one of their front end from the front-end adapter
-(:meth:`lightning_anyaccel.front_ends.FrontEndSide.launcher_class`).
+front end; the distributed strategies take the one of their front end from :func:`launcher_class`.
 """
 
 from __future__ import annotations
@@ -12,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
-from lightning_anyaccel import _lightning, supervision
-from lightning_anyaccel.devices import is_host
-from lightning_anyaccel.distributed import check_fork_safe
-from lightning_anyaccel.lightning_hooks import MultiProcessingLauncherHooks
+from lightning_anyaccel import _lightning
+from lightning_anyaccel.cluster import supervision
+from lightning_anyaccel.device.devices import is_host
+from lightning_anyaccel.device.distributed import check_fork_safe
+from lightning_anyaccel.front_ends import FabricSide, FrontEnd
+from lightning_anyaccel.lightning_stubs import MultiProcessingLauncherHooks
 from lightning_anyaccel.strategies.base import fabric_class
 
 if TYPE_CHECKING:
@@ -63,4 +64,9 @@ class FabricMultiProcessingLauncher(SafeLaunchMixin, _lightning.FabricMultiProce
     """
 
 
-__all__ = ["AnyMultiProcessingLauncher", "FabricMultiProcessingLauncher", "SafeLaunchMixin"]
+def launcher_class(side: FrontEnd) -> type:
+    """The spawn/fork launcher with the package's fixes of ``side``'s front end, for its Lightning package."""
+    return side.port(FabricMultiProcessingLauncher if isinstance(side, FabricSide) else AnyMultiProcessingLauncher)
+
+
+__all__ = ["AnyMultiProcessingLauncher", "FabricMultiProcessingLauncher", "SafeLaunchMixin", "launcher_class"]

@@ -2,7 +2,7 @@
 
 Sharding splits parameters, gradients and optimizer state across processes. Lightning's FSDP,
 ModelParallel and DeepSpeed strategies assume CUDA in their precision plugins, device meshes,
-device ids and accelerator checks (audit rows 7, 9, 25, 26); each family module
+device ids and accelerator checks; each family module
 (:mod:`~lightning_anyaccel.strategies.fsdp`, ``.model_parallel``, ``.deepspeed``) replaces those
 parts from the device table, on this common base.
 
@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import torch
 
-from lightning_anyaccel.devices import DeviceSpec, get_spec
+from lightning_anyaccel.device.devices import DeviceSpec, get_spec
 from lightning_anyaccel.strategies.multi_process import AnyDistributedMixin
 
 
@@ -28,23 +28,24 @@ class AnyShardedMixin(AnyDistributedMixin):
     Sharding needs a collective backend on the device (the step
     :func:`~lightning_anyaccel.strategies.steps.check_collectives`); the process group is bound to
     the device when it has an index, and every device mesh is built on the strategy's device type
-    (Lightning builds FSDP meshes on ``"cuda"``, audit row 25).
+    (Lightning builds FSDP meshes on ``"cuda"``).
     """
 
     #: How the strategy is called in messages.
-    _sharding_name: str = "Sharded training"
+    sharding_name: str = "Sharded training"
     #: How the processes start (Lightning's DDP attribute and type; the sharded strategies start them with ``popen``).
     _start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen"
 
     @property
-    def _spec(self) -> DeviceSpec:
+    def spec(self) -> DeviceSpec:
+        """The device type's entry of the device table."""
         return get_spec(self.device_type)
 
     def _process_group_device(self) -> torch.device | None:
         """The device to bind the process group to: the root device when it has an index (not on CPU)."""
         return self.root_device if self.root_device.index is not None else None
 
-    def _init_device_mesh(self, shape: tuple[int, ...], names: tuple[str, ...] | None = None) -> Any:
+    def init_device_mesh(self, shape: tuple[int, ...], names: tuple[str, ...] | None = None) -> Any:
         """A ``DeviceMesh`` of ``shape`` on the strategy's device type."""
         from torch.distributed.device_mesh import init_device_mesh
 

@@ -31,10 +31,10 @@ from lightning.pytorch.strategies import SingleDeviceStrategy
 from typing_extensions import override
 
 from lightning_anyaccel.accelerator import process_devices
-from lightning_anyaccel.devices import device_of
+from lightning_anyaccel.device.devices import device_of
 from lightning_anyaccel.front_ends import FabricSide
-from lightning_anyaccel.lightning_hooks import SingleDeviceHooks
-from lightning_anyaccel.strategies.base import AnyStrategyMixin, fabric_class
+from lightning_anyaccel.lightning_stubs import SingleDeviceHooks
+from lightning_anyaccel.strategies.base import AnyStrategyMixin, Registered, fabric_class
 from lightning_anyaccel.strategies.parameter_moves import FabricParameterMovesMixin, TrainerParameterMovesMixin
 from lightning_anyaccel.strategies.steps import (
     Setup,
@@ -50,6 +50,9 @@ if TYPE_CHECKING:
     _Base = SingleDeviceHooks
 else:
     _Base = object
+
+#: The names the family registers with each front end.
+NAMES: dict[str, Registered] = {"any_single": Registered("One device of the accelerator's type", {})}
 
 #: What a single-device strategy does at setup, in order (launching process: the ``before_launch`` steps).
 SETUP: Setup = (
@@ -145,4 +148,4 @@ class FabricSingleDeviceStrategy(FabricParameterMovesMixin, LazyDeviceMixin, Fab
     _side = FabricSide
 
 
-__all__ = ["SETUP", "AnySingleDeviceStrategy", "FabricSingleDeviceStrategy", "LazyDeviceMixin"]
+__all__ = ["NAMES", "SETUP", "AnySingleDeviceStrategy", "FabricSingleDeviceStrategy", "LazyDeviceMixin"]

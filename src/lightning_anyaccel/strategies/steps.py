@@ -9,15 +9,21 @@ Every strategy family (:mod:`~lightning_anyaccel.strategies.single`, ``.ddp``, `
   mistake is reported once, by the launching process;
 - in every worker (``setup_environment``): all the steps, in order.
 
-A step is a plain function of the strategy; it reads and changes the strategy through its public
-Lightning attributes, the front-end adapter (:mod:`lightning_anyaccel.front_ends`) and the
-package's own helpers. No step is reached through ``super()``: to know what a strategy does at
-setup, read its family's ``SETUP``.
+A step is a plain function of the strategy, typed against the protocol of what it may use
+(:class:`SetupTarget`, :class:`DistributedTarget`, :class:`ShardedTarget`): public members only,
+the front-end adapter (:mod:`lightning_anyaccel.front_ends`) and the contract's accessors
+(:mod:`lightning_anyaccel._lightning`). No step is reached through ``super()``: to know what a
+strategy does at setup, read its family's ``SETUP``. What every multi-process family does alike
+is written once here and composed into each family's list: :func:`launch_checks` (before any
+worker starts), :data:`BEFORE_JOIN` and :data:`AFTER_JOIN` (around joining the process group).
 
 Example:
     >>> steps = (before_launch(check_accelerator), in_worker(lightning_setup))
     >>> [step.name for step in steps if step.before_launch]
     ['check_accelerator']
+    >>> [step.name for step in launch_checks()]  # doctest: +NORMALIZE_WHITESPACE
+    ['supervise_worker', 'check_accelerator', 'align_precision', 'check_start_method', 'check_fork_safety',
+     'prepare_backend']
 """
 
 from __future__ import annotations
@@ -25,17 +31,107 @@ from __future__ import annotations
 import atexit
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from datetime import timedelta
+from typing import Any, Protocol
 
+import torch
 import torch.multiprocessing as mp
 
-from lightning_anyaccel import _lightning, gloo_interface, rendezvous, supervision
+from lightning_anyaccel import _lightning
 from lightning_anyaccel.accelerator import DeviceTypeError
-from lightning_anyaccel.distributed import check_fork_safe
-from lightning_anyaccel.precision import align_precision_plugin, check_device_supports
+from lightning_anyaccel.cluster import gloo_interface, rendezvous, supervision
+from lightning_anyaccel.device import distributed
+from lightning_anyaccel.device.devices import DeviceSpec
+from lightning_anyaccel.device.distributed import check_fork_safe
+from lightning_anyaccel.device.precision import align_precision_plugin, check_device_supports
+from lightning_anyaccel.front_ends import FrontEnd
 from lightning_anyaccel.strategies.errors import NotebookLaunchError, ShardingNotSupportedError
 
-#: A setup step: a function of the strategy.
+
+class SetupTarget(Protocol):
+    """What a step of every strategy may use of it (:class:`~lightning_anyaccel.strategies.base.AnyStrategyMixin`)."""
+
+    accelerator: Any
+
+    @property
+    def strategy_name(self) -> str:
+        """The name the strategy registers under (for messages)."""
+        ...
+
+    @property
+    def root_device(self) -> torch.device:
+        """The device of this process."""
+        ...
+
+    @property
+    def device_type(self) -> str:
+        """The device type the strategy trains on."""
+        ...
+
+    @property
+    def side(self) -> FrontEnd:
+        """The front-end adapter (Trainer or Fabric)."""
+        ...
+
+    def lightning_setup_environment(self) -> None:
+        """Lightning's own ``setup_environment`` (select the device, join the process group)."""
+        ...
+
+
+class DistributedTarget(SetupTarget, Protocol):
+    """What a step of a multi-process strategy may use of it (:class:`~.multi_process.AnyDistributedMixin`)."""
+
+    #: The collective backend :func:`prepare_backend` resolved (``None`` before it ran).
+    resolved_backend: str | None
+
+    @property
+    def cluster_environment(self) -> Any:
+        """Lightning's cluster environment (ranks, main address and port)."""
+        ...
+
+    @property
+    def num_nodes(self) -> int:
+        """How many nodes the job runs on."""
+        ...
+
+    @property
+    def num_processes(self) -> int:
+        """How many processes run on each node."""
+        ...
+
+    @property
+    def node_rank(self) -> int:
+        """This node's rank."""
+        ...
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its node."""
+        ...
+
+    @property
+    def global_rank(self) -> int:
+        """This process's rank in the job."""
+        ...
+
+    @property
+    def timeout(self) -> timedelta:
+        """How long any rank waits for the others."""
+        ...
+
+
+class ShardedTarget(DistributedTarget, Protocol):
+    """What a step of a sharded strategy may use of it (:class:`~.sharded.AnyShardedMixin`)."""
+
+    sharding_name: str
+
+    @property
+    def spec(self) -> DeviceSpec:
+        """The device type's entry of the device table."""
+        ...
+
+
+#: A setup step: a function of the strategy (typed against one of the protocols above).
 StepFunction = Callable[[Any], None]
 
 
@@ -71,7 +167,7 @@ def in_worker(run: StepFunction) -> Step:
     return Step(run, before_launch=False)
 
 
-def run_setup(strategy: Any, setup: Setup, *, launching: bool) -> None:
+def run_setup(strategy: SetupTarget, setup: Setup, *, launching: bool) -> None:
     """Run ``setup`` on ``strategy``: the :func:`before_launch` steps when ``launching``, else every step."""
     for step in setup:
         if step.before_launch or not launching:
@@ -81,7 +177,7 @@ def run_setup(strategy: Any, setup: Setup, *, launching: bool) -> None:
 # ----- steps of every strategy --------------------------------------------------------------------
 
 
-def check_accelerator(strategy: Any) -> None:
+def check_accelerator(strategy: SetupTarget) -> None:
     """Refuse an accelerator of another device type than the strategy's devices (:class:`DeviceTypeError`)."""
     accelerator_type = getattr(strategy.accelerator, "device_type", None)
     if accelerator_type is not None and accelerator_type != strategy.device_type:
@@ -91,7 +187,7 @@ def check_accelerator(strategy: Any) -> None:
         )
 
 
-def align_precision(strategy: Any) -> None:
+def align_precision(strategy: SetupTarget) -> None:
     """Rebuild a mixed-precision plugin made for another device type (Lightning picks ``cuda``)."""
     side = strategy.side
     plugin = side.precision_plugin(strategy)
@@ -100,12 +196,12 @@ def align_precision(strategy: Any) -> None:
         side.set_precision_plugin(strategy, aligned)
 
 
-def lightning_setup(strategy: Any) -> None:
+def lightning_setup(strategy: SetupTarget) -> None:
     """Lightning's own ``setup_environment``: select the device, join the process group."""
     strategy.lightning_setup_environment()
 
 
-def check_device_precision(strategy: Any) -> None:
+def check_device_precision(strategy: SetupTarget) -> None:
     """Ask the device (in the worker, after ``setup_device``) whether it can do the precision."""
     precision = getattr(strategy.side.precision_plugin(strategy), "precision", "")
     check_device_supports(str(precision), strategy.root_device)
@@ -114,12 +210,12 @@ def check_device_precision(strategy: Any) -> None:
 # ----- steps of the multi-process strategies ------------------------------------------------------
 
 
-def supervise_worker(strategy: Any) -> None:
-    """In a worker: die with the launching process (:func:`~lightning_anyaccel.supervision.supervise_worker`)."""
+def supervise_worker(strategy: DistributedTarget) -> None:
+    """In a worker: die with the launching process (:func:`~lightning_anyaccel.cluster.supervision.supervise_worker`)."""
     supervision.supervise_worker(strategy.global_rank)
 
 
-def check_start_method(strategy: Any) -> None:
+def check_start_method(strategy: DistributedTarget) -> None:
     """Say which strategy to use when the start method can not work here (notebooks, no ``fork``)."""
     method = _lightning.start_method_of(strategy)
     if method in ("fork", "forkserver") and method not in mp.get_all_start_methods():
@@ -136,18 +232,23 @@ def check_start_method(strategy: Any) -> None:
         )
 
 
-def check_fork_safety(strategy: Any) -> None:
+def check_fork_safety(strategy: DistributedTarget) -> None:
     """Refuse a ``fork`` when the device was already initialised in this process."""
     if _lightning.start_method_of(strategy) in ("fork", "forkserver"):
         check_fork_safe(strategy.device_type)
 
 
-def check_backend(strategy: Any) -> None:
-    """Resolve the collective backend now (a device without one is refused, naming ``any_single``)."""
-    strategy._resolve_backend()
+def prepare_backend(strategy: DistributedTarget) -> None:
+    """Resolve the collective backend once (a device without one is refused, naming ``any_single``) and ready it.
+
+    The strategy keeps the answer (``resolved_backend``) for Lightning's process group;
+    :func:`~lightning_anyaccel.device.distributed.prepare_backend` is the one place torch's backend registry changes.
+    """
+    strategy.resolved_backend = distributed.prepare_backend(
+        strategy.root_device, _lightning.process_group_backend_given(strategy))
 
 
-def check_layout(strategy: Any) -> None:
+def check_layout(strategy: DistributedTarget) -> None:
     """Set the ranks from the cluster environment and refuse an inconsistent process layout."""
     env = strategy.cluster_environment
     strategy.side.set_world_ranks(strategy)
@@ -161,12 +262,12 @@ def check_layout(strategy: Any) -> None:
     )
 
 
-def name_socket_interface(strategy: Any) -> None:
-    """Name gloo's network interface towards the main address (:func:`~lightning_anyaccel.gloo_interface.configure_socket_interface`)."""
+def name_socket_interface(strategy: DistributedTarget) -> None:
+    """Name gloo's network interface towards the main address (:func:`~lightning_anyaccel.cluster.gloo_interface.configure_socket_interface`)."""
     gloo_interface.configure_socket_interface(strategy.cluster_environment.main_address)
 
 
-def rendezvous_deadline(strategy: Any) -> rendezvous.Deadline:
+def rendezvous_deadline(strategy: DistributedTarget) -> rendezvous.Deadline:
     """A deadline that ends the process with a message if the rendezvous outlives ``timeout`` (plus a grace)."""
     env = strategy.cluster_environment
     seconds = strategy.timeout.total_seconds() + rendezvous.RENDEZVOUS_GRACE_S
@@ -178,39 +279,79 @@ def rendezvous_deadline(strategy: Any) -> rendezvous.Deadline:
     return rendezvous.Deadline(seconds, message)
 
 
-def lightning_setup_within_deadline(strategy: Any) -> None:
+def lightning_setup_within_deadline(strategy: DistributedTarget) -> None:
     """Lightning's own ``setup_environment`` (select the device, join the process group) within the deadline."""
     with rendezvous_deadline(strategy):
         strategy.lightning_setup_environment()
 
 
-def destroy_process_group_at_exit(strategy: Any) -> None:
+def destroy_process_group_at_exit(strategy: DistributedTarget) -> None:
     """Destroy the process group at exit for every backend (Lightning does it for NCCL only)."""
     atexit.register(_lightning.destroy_process_group)
+
+
+# ----- what every multi-process family does alike, composed into each family's SETUP ----------------
+
+
+def launch_checks(align: StepFunction = align_precision) -> Setup:
+    """The steps every multi-process strategy runs before any worker starts (and again in each), in order.
+
+    Args:
+        align: the step that fits the precision plugin to the device type (FSDP has its own).
+    """
+    return (
+        before_launch(supervise_worker),  # a worker dies with its launching process
+        before_launch(check_accelerator),
+        before_launch(align),
+        before_launch(check_start_method),
+        before_launch(check_fork_safety),
+        before_launch(prepare_backend),
+    )
+
+
+#: In a worker, before joining the process group: the ranks and the layout checked, gloo's interface named.
+BEFORE_JOIN: Setup = (in_worker(check_layout), in_worker(name_socket_interface))
+
+#: In a worker, once in the process group: the device asked about the precision, the exit hook registered.
+AFTER_JOIN: Setup = (in_worker(check_device_precision), in_worker(destroy_process_group_at_exit))
+
+
+def with_launch_check(setup: Setup, run: StepFunction) -> Setup:
+    """``setup`` with ``run`` as its last :func:`before_launch` step (a front end's own check).
+
+    >>> [step.name for step in with_launch_check(AFTER_JOIN, check_accelerator)]
+    ['check_accelerator', 'check_device_precision', 'destroy_process_group_at_exit']
+    """
+    launching = tuple(step for step in setup if step.before_launch)
+    return (*launching, before_launch(run), *(step for step in setup if not step.before_launch))
 
 
 # ----- steps of the sharded strategies ------------------------------------------------------------
 
 
-def check_collectives(strategy: Any) -> None:
+def check_collectives(strategy: ShardedTarget) -> None:
     """Refuse devices without collectives (e.g. ``mps``): sharding splits the model across processes."""
-    spec = strategy._spec
+    spec = strategy.spec
     if spec.backend is None:
         raise ShardingNotSupportedError(
-            f"{strategy._sharding_name} splits the model across processes, but {spec.name}"
+            f"{strategy.sharding_name} splits the model across processes, but {spec.name}"
             f" ({strategy.device_type!r}) has no collective backend and runs one device per machine."
             " Use strategy='any_single' there, or a device type with several devices."
         )
 
 
 __all__ = [
+    "AFTER_JOIN",
+    "BEFORE_JOIN",
+    "DistributedTarget",
     "Setup",
+    "SetupTarget",
+    "ShardedTarget",
     "Step",
     "StepFunction",
     "align_precision",
     "before_launch",
     "check_accelerator",
-    "check_backend",
     "check_collectives",
     "check_device_precision",
     "check_fork_safety",
@@ -218,10 +359,13 @@ __all__ = [
     "check_start_method",
     "destroy_process_group_at_exit",
     "in_worker",
+    "launch_checks",
     "lightning_setup",
     "lightning_setup_within_deadline",
     "rendezvous_deadline",
     "name_socket_interface",
+    "prepare_backend",
     "run_setup",
     "supervise_worker",
-    ]
+    "with_launch_check",
+]

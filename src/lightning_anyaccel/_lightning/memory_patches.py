@@ -1,11 +1,11 @@
-"""The hook the package installs in Lightning's out-of-memory detection: every device's out-of-memory
+"""A runtime patch of Lightning: the hook the package installs in its out-of-memory detection, so every device's out-of-memory
 error is one, not only CUDA's.
 
 Lightning's batch-size finder (``Tuner.scale_batch_size``, the ``BatchSizeFinder`` callback) backs off
 when ``lightning.pytorch.utilities.memory.is_oom_error`` says a step ran out of memory, and that asks
 ``is_cuda_out_of_memory``, which wants "CUDA" in the message: an XPU, HPU or NPU out-of-memory error
 stopped the finder instead. The hook makes ``is_cuda_out_of_memory`` also answer yes for what
-``is_out_of_memory`` (``lightning_anyaccel.runtime.is_out_of_memory``) recognises;
+``is_out_of_memory`` (``lightning_anyaccel.device.runtime.is_out_of_memory``) recognises;
 ``is_oom_error`` looks the name up in its module at each call, so every caller sees it.
 
 Part of the contract (:mod:`lightning_anyaccel._lightning`).
@@ -16,17 +16,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from lightning_anyaccel._lightning.connector_hooks import _HOOK_MARK
-from lightning_anyaccel._lightning.porting import FrontEnd
+from lightning_anyaccel._lightning.connector_patches import _HOOK_MARK
+from lightning_anyaccel._lightning.porting import Distribution
 
 #: Lightning's CUDA out-of-memory test, which ``is_oom_error`` asks (module as in ``lightning``).
 _OUT_OF_MEMORY = ("lightning.pytorch.utilities.memory", "is_cuda_out_of_memory")
 
 
-def install_out_of_memory_hook(front_end: FrontEnd, is_out_of_memory: Callable[[BaseException], bool]) -> None:
-    """Let Lightning's out-of-memory detection of ``front_end``'s Trainer recognise ``is_out_of_memory``'s errors
+def install_out_of_memory_hook(distribution: Distribution, is_out_of_memory: Callable[[BaseException], bool]) -> None:
+    """Let Lightning's out-of-memory detection of ``distribution``'s Trainer recognise ``is_out_of_memory``'s errors
     too (idempotent). Lightning's own answers are kept."""
-    module = front_end.module(_OUT_OF_MEMORY[0])
+    module = distribution.module(_OUT_OF_MEMORY[0])
     original = getattr(module, _OUT_OF_MEMORY[1])
     if getattr(original, _HOOK_MARK, False):
         return

@@ -206,7 +206,7 @@ class DeviceLayerSync:
             return self.lightning_plugin.apply(model)
         log.info(
             "sync_batchnorm=True: %r has no SyncBatchNorm kernels in torch; BatchNorm layers are synchronized"
-            " with all_reduce instead (lightning_anyaccel.sync_batchnorm.DeviceSyncBatchNorm).", device.type,
+            " with all_reduce instead (lightning_anyaccel.device.sync_batchnorm.DeviceSyncBatchNorm).", device.type,
         )
         return convert_sync_batchnorm(model)
 

@@ -2,7 +2,7 @@
 
 :class:`AnyMPIEnvironment` replaces Lightning's ``MPIEnvironment`` for ``mpiexec``/``mpirun``
 jobs (Open MPI, MPICH/Hydra, Intel MPI, Cray PALS on Aurora, MVAPICH, PMI): it reads ranks
-from the launcher's variables (:mod:`lightning_anyaccel.launch_layout`), needs no ``mpi4py``, and
+from the launcher's variables (:mod:`lightning_anyaccel.cluster.launch_layout`), needs no ``mpi4py``, and
 derives the node from the number of processes per node, so it also works when several
 "nodes" share a host. ``AnyDDPStrategy`` switches to it by itself when it finds launcher
 variables and Lightning chose its generic environment.
@@ -21,7 +21,13 @@ from lightning.fabric.plugins.environments.cluster_environment import ClusterEnv
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from typing_extensions import override
 
-from lightning_anyaccel.launch_layout import LAUNCHERS, LaunchLayoutError, ProcessLayout, detect_launcher, read_layout
+from lightning_anyaccel.cluster.launch_layout import (
+    LAUNCHERS,
+    LaunchLayoutError,
+    ProcessLayout,
+    detect_launcher,
+    read_layout,
+)
 
 #: Port used when ``MASTER_PORT`` is not set (all ranks must agree without talking first).
 DEFAULT_MAIN_PORT = 29500

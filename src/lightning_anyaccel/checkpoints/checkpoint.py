@@ -5,7 +5,7 @@ only CUDA, MPS and XLA when those are missing. :func:`portable_map_location` rem
 device type that is not available here to CPU, and the package's strategies use it when
 resuming (``trainer.fit(ckpt_path=...)``). :class:`AtomicCheckpointIO`, the strategies'
 default, writes checkpoints so that a job killed mid-save keeps its previous one
-(:mod:`lightning_anyaccel.atomic_commit`); a broken or foreign checkpoint fails to load with
+(:mod:`lightning_anyaccel.checkpoints.atomic_commit`); a broken or foreign checkpoint fails to load with
 :class:`CheckpointLoadError`, which says what the file is.
 
 Example:
@@ -28,9 +28,10 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from typing_extensions import override
 
-from lightning_anyaccel import atomic_commit, runtime
-from lightning_anyaccel.atomic_commit import CheckpointPath, TMP_SUFFIX
-from lightning_anyaccel.devices import is_host, known_device_types
+from lightning_anyaccel.checkpoints import atomic_commit
+from lightning_anyaccel.checkpoints.atomic_commit import TMP_SUFFIX, CheckpointPath
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import is_host, known_device_types
 from lightning_anyaccel.troubleshooting import LinkedError
 
 

@@ -42,7 +42,7 @@ def free_port() -> int:
 
     Example::
 
-        >>> from lightning_anyaccel.local_runs import free_port
+        >>> from lightning_anyaccel.tools.local_runs import free_port
         >>> 1024 <= free_port() <= 65535
         True
     """
@@ -74,7 +74,7 @@ def child_env(
 
     Example::
 
-        >>> from lightning_anyaccel.local_runs import child_env, free_port
+        >>> from lightning_anyaccel.tools.local_runs import child_env, free_port
         >>> env = child_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port(), NODE_RANK=0)
         >>> env["OMP_NUM_THREADS"], env["NODE_RANK"]
         ('1', '0')
@@ -102,7 +102,7 @@ def quiet_lightning(level: int = logging.WARNING, *, all_warnings: bool = False)
 
     Example (it changes this process's logging and warning filters for good)::
 
-        >>> from lightning_anyaccel.local_runs import quiet_lightning
+        >>> from lightning_anyaccel.tools.local_runs import quiet_lightning
         >>> quiet_lightning()  # doctest: +SKIP
     """
     for name in LIGHTNING_LOGGERS:
@@ -147,7 +147,7 @@ def run_bounded(
     Example::
 
         >>> import sys
-        >>> from lightning_anyaccel.local_runs import run_bounded
+        >>> from lightning_anyaccel.tools.local_runs import run_bounded
         >>> run_bounded([sys.executable, "-c", "print('ready')"], timeout=60).stdout
         'ready\n'
     """

@@ -6,15 +6,15 @@
 - :class:`Deadline` ends a process whose rendezvous is stuck in C code that ignores the timeout
   (a ``MASTER_PORT`` owned by a server that accepts and never answers).
 
-The network interface gloo binds to is named in :mod:`lightning_anyaccel.gloo_interface`; a worker
-whose launching process died ends itself (:func:`lightning_anyaccel.supervision.watch_parent`).
+The network interface gloo binds to is named in :mod:`lightning_anyaccel.cluster.gloo_interface`; a worker
+whose launching process died ends itself (:func:`lightning_anyaccel.cluster.supervision.watch_parent`).
 
 Example:
     >>> check_layout(num_nodes=2, num_processes=2, node_rank=1, local_rank=1)
     >>> check_layout(num_nodes=2, num_processes=2, node_rank=2, local_rank=0)
     Traceback (most recent call last):
     ...
-    lightning_anyaccel.launch_layout.LaunchLayoutError: NODE_RANK=2 but the job has num_nodes=2 (node ranks 0..1). ...
+    lightning_anyaccel.cluster.launch_layout.LaunchLayoutError: NODE_RANK=2 but the job has num_nodes=2 (node ranks 0..1). ...
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from types import TracebackType
 
-from lightning_anyaccel import supervision
-from lightning_anyaccel.launch_layout import LaunchLayoutError
+from lightning_anyaccel.cluster import supervision
+from lightning_anyaccel.cluster.launch_layout import LaunchLayoutError
 
 #: Default for ``AnyDDPStrategy(timeout=...)``: how long a rank waits for the others at the
 #: rendezvous and in any collective. Lightning's (and torch's gloo) default is 30 min; we use
@@ -98,7 +98,7 @@ def check_layout(
 
 
 class Deadline:
-    """Context manager: end the process (:func:`~lightning_anyaccel.supervision.end_process`) if the block runs past ``seconds``.
+    """Context manager: end the process (:func:`~lightning_anyaccel.cluster.supervision.end_process`) if the block runs past ``seconds``.
 
     For blocking calls that may never return and cannot be interrupted from Python (a TCP
     handshake with a server that never answers). The message says what was being waited for.

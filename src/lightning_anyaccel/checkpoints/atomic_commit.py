@@ -3,7 +3,7 @@
 A new checkpoint (a file, or a directory every rank wrote into) is written next to its target
 under a temporary name, flushed to disk, then put in the target's place in one step
 (:func:`commit`); :func:`recover` undoes the one window a file system without an atomic exchange
-leaves. Used by :class:`~lightning_anyaccel.checkpoint.AtomicCheckpointIO` and by the sharded
+leaves. Used by :class:`~lightning_anyaccel.checkpoints.checkpoint.AtomicCheckpointIO` and by the sharded
 strategies' saves (:mod:`lightning_anyaccel.strategies.atomic_save`).
 
 Example:

@@ -1,7 +1,7 @@
 """Small, device-generic wrappers around PyTorch's device APIs.
 
 Each function takes a device type (``"xpu"``, ``"hpu"``, ...) and answers through
-``torch.accelerator`` / ``torch.get_device_module`` plus what :mod:`lightning_anyaccel.devices`
+``torch.accelerator`` / ``torch.get_device_module`` plus what :mod:`lightning_anyaccel.device.devices`
 says about that type. Nothing here branches on a device name, and nothing initialises a
 device unless its docstring says so (counting devices must stay fork-safe). ``torch.accelerator``
 APIs newer than the torch floor are feature-detected in :mod:`lightning_anyaccel._compat` and
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from lightning_anyaccel import _compat, _lightning
-from lightning_anyaccel.devices import DEVICE_TABLE, get_spec, is_host, known_device_types
+from lightning_anyaccel.device.devices import DEVICE_TABLE, get_spec, is_host, known_device_types
 from lightning_anyaccel.troubleshooting import LinkedError
 
 
@@ -249,7 +249,7 @@ def set_device_index(device: torch.device) -> None:
     """Make ``device`` the current device of this process (no-op on CPU and for index-less devices)."""
     if is_host(device.type) or device.index is None:
         return
-    set_index = _compat.accelerator_function("set_device_index", "set_device_idx")
+    set_index = _compat.accelerator_function("set_device_index")
     if set_index is not None and _is_current(device.type):
         set_index(device.index)
     else:

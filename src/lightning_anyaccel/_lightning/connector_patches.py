@@ -1,5 +1,5 @@
-"""The hooks the package installs in Lightning's accelerator connectors (Trainer and Fabric) and in
-the Trainer's device report: they ask :mod:`lightning_anyaccel.policy` which strategy the
+"""Runtime patches of Lightning: the hooks the package installs in its accelerator connectors (Trainer
+and Fabric) and in the Trainer's device report: they ask :mod:`lightning_anyaccel.policy` which strategy the
 package's accelerator gets, and let it report the device a Trainer uses.
 
 Part of the contract (:mod:`lightning_anyaccel._lightning`).
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_anyaccel._lightning.porting import FrontEnd
+from lightning_anyaccel._lightning.porting import Distribution
 from lightning_anyaccel._lightning.names import _FABRIC_CONNECTOR, _TRAINER_CONNECTOR
 
 # ----- the accelerator connectors -----------------------------------------------------------------
@@ -82,17 +82,17 @@ class ConnectorPolicy:
     translate: Callable[[ConnectorView], None]
     #: Refuses or repairs the strategy before Lightning configures its launcher.
     check: Callable[[ConnectorView], None]
-    #: Refuses arguments built for another front end (``(front_end, arguments)``), for every accelerator.
-    check_arguments: Callable[[FrontEnd, tuple[Any, ...]], None]
+    #: Refuses arguments built for another front end (``(distribution, arguments)``), for every accelerator.
+    check_arguments: Callable[[Distribution, tuple[Any, ...]], None]
     #: Reports the device a Trainer with the package's accelerator uses (instead of Lightning's report).
     log_device_info: Callable[[Any], None]
     #: After Lightning's report for its own accelerators: names a present device only the package serves.
     log_unused_devices: Callable[[Any], None] = lambda trainer: None
     #: ``accelerator="auto"``: given Lightning's choice (``"cpu"``, ``"cuda"``, ...), what to train with.
-    choose_accelerator: Callable[[FrontEnd, str], Any] = lambda front_end, lightning_choice: lightning_choice
+    choose_accelerator: Callable[[Distribution, str], Any] = lambda distribution, lightning_choice: lightning_choice
 
 
-def install_connector_hooks(front_end: FrontEnd, connector: str, policy: ConnectorPolicy) -> None:
+def install_connector_hooks(distribution: Distribution, connector: str, policy: ConnectorPolicy) -> None:
     """Let ``policy`` choose and check strategies for the package's accelerator (idempotent).
 
     Lightning's connectors pick ``SingleDeviceStrategy("cpu")`` or ``"ddp"`` for any accelerator
@@ -114,7 +114,7 @@ def install_connector_hooks(front_end: FrontEnd, connector: str, policy: Connect
     to ``policy.choose_accelerator``, which may return the package's accelerator instead.
     """
     module_name, _, class_name = connector.rpartition(".")
-    connector_class = getattr(front_end.module(module_name), class_name)
+    connector_class = getattr(distribution.module(module_name), class_name)
     if connector_class.__dict__.get(_HOOK_MARK, False):
         return
 
@@ -137,7 +137,7 @@ def install_connector_hooks(front_end: FrontEnd, connector: str, policy: Connect
 
     @functools.wraps(original_flags)
     def check_flags(self: Any, *args: Any, **kwargs: Any) -> Any:
-        policy.check_arguments(front_end, (*args, *kwargs.values()))
+        policy.check_arguments(distribution, (*args, *kwargs.values()))
         return original_flags(self, *args, **kwargs)
 
     connector_class._check_config_and_set_final_flags = check_flags
@@ -150,7 +150,7 @@ def install_connector_hooks(front_end: FrontEnd, connector: str, policy: Connect
 
     @functools.wraps(choose_lightning_auto)
     def choose_auto() -> Any:
-        return policy.choose_accelerator(front_end, choose_lightning_auto())
+        return policy.choose_accelerator(distribution, choose_lightning_auto())
 
     connector_class._choose_auto_accelerator = staticmethod(choose_auto)
     setattr(connector_class, _HOOK_MARK, True)
@@ -159,7 +159,7 @@ def install_connector_hooks(front_end: FrontEnd, connector: str, policy: Connect
 _DEVICE_INFO = ("lightning.pytorch.trainer.setup", "_log_device_info")
 
 
-def install_device_info_hook(front_end: FrontEnd, policy: ConnectorPolicy) -> None:
+def install_device_info_hook(distribution: Distribution, policy: ConnectorPolicy) -> None:
     """Let ``policy.log_device_info`` report the device of a Trainer with the package's accelerator (idempotent).
 
     ``Trainer.__init__`` calls ``setup._log_device_info(trainer)``, which only knows CUDA, MPS and TPU:
@@ -167,7 +167,7 @@ def install_device_info_hook(front_end: FrontEnd, policy: ConnectorPolicy) -> No
     and for every other device type it says nothing. Trainers of every other accelerator keep
     Lightning's report.
     """
-    module = front_end.module(_DEVICE_INFO[0])
+    module = distribution.module(_DEVICE_INFO[0])
     original = getattr(module, _DEVICE_INFO[1])
     if getattr(original, _HOOK_MARK, False):
         return

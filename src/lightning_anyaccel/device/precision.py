@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from lightning_anyaccel.devices import PRECISION_DTYPES, get_spec, is_host
+from lightning_anyaccel.device.devices import get_spec, is_host
+from lightning_anyaccel.device.spec import PRECISION_DTYPES
 from lightning_anyaccel.troubleshooting import LinkedError
 
 
@@ -89,7 +90,7 @@ def check_device_supports(precision: str, device: torch.device) -> None:
     """
     if PRECISION_DTYPES.get(precision) != "bf16" or is_host(device.type):
         return
-    from lightning_anyaccel.runtime import device_module
+    from lightning_anyaccel.device.runtime import device_module
 
     probe = getattr(device_module(device.type), "is_bf16_supported", None)
     if callable(probe) and not probe():

@@ -1,4 +1,4 @@
-"""The hooks of Lightning's classes the package's mixins override: declared once for the type checker.
+"""Typing stubs: the hooks of Lightning's classes the package's mixins override, declared once for the type checker.
 
 A mixin of the package (:class:`~lightning_anyaccel.strategies.base.AnyStrategyMixin`, ...) is
 mixed in before a Lightning class of either front end (the Trainer's or Fabric's), so it has no
@@ -64,11 +64,6 @@ class StrategyHooks(LightningHooks):
 
     def barrier(self, name: str | None = None) -> None:
         """Synchronise all processes."""
-        ...
-
-    @classmethod
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register the strategy's names in ``strategy_registry``."""
         ...
 
 

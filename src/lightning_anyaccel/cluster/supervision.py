@@ -65,7 +65,7 @@ _lock = threading.Lock()
 #: Set when this process is ending with an unhandled exception (see :func:`_note_error_exit`).
 _error_exit = False
 
-#: Exit status of a process ended by a :class:`~lightning_anyaccel.rendezvous.Deadline` or :func:`watch_parent`.
+#: Exit status of a process ended by a :class:`~lightning_anyaccel.cluster.rendezvous.Deadline` or :func:`watch_parent`.
 EXIT_CODE = 3
 
 

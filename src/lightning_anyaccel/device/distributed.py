@@ -24,14 +24,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lightning_anyaccel import _lightning, runtime
-from lightning_anyaccel.devices import NOT_REAL_BACKENDS, derive_backend, get_spec
+from lightning_anyaccel import _lightning
+from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import NOT_REAL_BACKENDS, derive_backend, get_spec
 from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
-
-#: Backends that never carry real collectives.
-_NOT_REAL_BACKENDS = NOT_REAL_BACKENDS
 
 #: Marks a backend creator that :func:`adopt_whole_group_backend` already wrapped.
 _ADOPTED = "__lightning_anyaccel_adopted__"
@@ -47,7 +45,9 @@ def resolve_backend(device: torch.device, explicit: str | None = None) -> str:
     Order: an explicit ``process_group_backend=`` wins, if torch says it carries the device's
     tensors; then the backend the device's vendor registered for this device type
     (``Backend.register_backend(..., devices=[...])``); then the device spec's backend.
-    ``fake``/``undefined`` are never returned, and there is no silent fallback to ``gloo``.
+    ``fake``/``undefined`` are never returned, and there is no silent fallback to ``gloo``. A query:
+    it imports the vendor's modules the device spec names (they register the backend) and changes
+    nothing in torch; :func:`prepare_backend` is what a process runs before it creates its group.
 
     Raises:
         BackendError: no backend for the device (it supports one device only), a backend that can
@@ -60,7 +60,7 @@ def resolve_backend(device: torch.device, explicit: str | None = None) -> str:
     else:
         mapped = dist.Backend.default_device_backend_map.get(device.type)
         carries = device.type in dist.Backend.backend_capability.get(mapped or "", [device.type])
-        name = mapped if mapped and mapped not in _NOT_REAL_BACKENDS and carries else spec.backend
+        name = mapped if mapped and mapped not in NOT_REAL_BACKENDS and carries else spec.backend
         if spec.backend is None and name is None:
             raise BackendError(
                 f"{spec.name} has no collective backend for {device.type!r} in this PyTorch, so it supports one"
@@ -69,7 +69,7 @@ def resolve_backend(device: torch.device, explicit: str | None = None) -> str:
                 f" `torch.distributed.Backend.register_backend(NAME, create_fn, devices=[{device.type!r}])`."
             )
     assert name is not None
-    if name in _NOT_REAL_BACKENDS:
+    if name in NOT_REAL_BACKENDS:
         raise BackendError(
             f"process_group_backend={name!r} is a test stub that does no real communication."
             f" Use {spec.backend!r} for {spec.name}."
@@ -82,7 +82,7 @@ def resolve_backend(device: torch.device, explicit: str | None = None) -> str:
         hint = f"install {spec.install}" + (f" and `import {registers}`" if registers else "")
         raise BackendError(
             f"The collective backend {name!r} for {spec.name} ({device.type!r}) is not registered in this"
-            f" PyTorch (registered: {', '.join(sorted(set(dist.Backend.backend_list) - _NOT_REAL_BACKENDS))})."
+            f" PyTorch (registered: {', '.join(sorted(set(dist.Backend.backend_list) - NOT_REAL_BACKENDS))})."
             f" To fix: {hint}, or pass a registered one with `AnyDDPStrategy(process_group_backend=...)`."
         )
     carried = dist.Backend.backend_capability.get(name)
@@ -95,6 +95,18 @@ def resolve_backend(device: torch.device, explicit: str | None = None) -> str:
                f"{spec.name} has no collective backend in this PyTorch: use devices=1, or register the vendor's"
                f" backend with `torch.distributed.Backend.register_backend(NAME, create_fn, devices=[{device.type!r}])`.")
         )
+    return name
+
+
+def prepare_backend(device: torch.device, explicit: str | None = None) -> str:
+    """The backend for ``device`` (:func:`resolve_backend`), made ready for ``init_process_group``.
+
+    The one place the package changes torch's backend registry: a vendor backend whose creator
+    returns a whole process group is wrapped (:func:`adopt_whole_group_backend`). The strategies'
+    setup runs it as the step ``prepare_backend``; scripts that create their own group call it
+    before ``torch.distributed.init_process_group``.
+    """
+    name = resolve_backend(device, explicit)
     adopt_whole_group_backend(name)
     return name
 

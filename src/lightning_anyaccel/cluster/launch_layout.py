@@ -3,7 +3,7 @@
 ``mpiexec``/``mpirun`` and Cray's PALS start every process themselves and describe its place in
 the job through environment variables whose names differ per implementation. Lightning's own
 ``MPIEnvironment`` ignores them, needs ``mpi4py`` and derives the node from host names (two
-"nodes" on one host then crash). :class:`~lightning_anyaccel.environments.AnyMPIEnvironment`
+"nodes" on one host then crash). :class:`~lightning_anyaccel.cluster.environments.AnyMPIEnvironment`
 reads the variables below instead; this table is the only place that names them, and the
 documentation's launcher table is written from it.
 

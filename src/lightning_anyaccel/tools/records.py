@@ -106,7 +106,7 @@ def check_features(names: Iterable[str], where: str) -> tuple[str, ...]:
     unknown = [n for n in names if n not in FEATURES]
     if unknown:
         raise ValueError(f"{where}: unknown feature(s) {unknown}; the features are {sorted(FEATURES)}"
-                         " (lightning_anyaccel.records.FEATURES)")
+                         " (lightning_anyaccel.tools.records.FEATURES)")
     return names
 
 
@@ -216,8 +216,8 @@ def device_facts(device_type: str, *, emulated: bool = False) -> dict[str, Any]:
     """The device's name and count, and the runtime, driver and collective library versions torch reports."""
     import torch
 
-    from lightning_anyaccel import runtime
-    from lightning_anyaccel.devices import DEVICE_TABLE, is_host
+    from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.devices import DEVICE_TABLE, is_host
 
     if is_host(device_type):
         import psutil
@@ -314,7 +314,7 @@ def _body(record: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-HEADER = ("# A validation record, written by the run it describes (lightning_anyaccel.records): never edit it by hand.\n"
+HEADER = ("# A validation record, written by the run it describes (lightning_anyaccel.tools.records): never edit it by hand.\n"
           "# Refresh it by running `command` again (docs/contributing.md, \"Validation records\").\n")
 
 
@@ -357,7 +357,7 @@ def problems(text: str) -> list[str]:
     found = []
     match = re.search(r'^digest = "sha256:([0-9a-f]{64})"\n', text, re.M)
     if not match:
-        return ["no digest line: not written by lightning_anyaccel.records"]
+        return ["no digest line: not written by lightning_anyaccel.tools.records"]
     if hashlib.sha256(text[match.end():].encode()).hexdigest() != match.group(1):
         found.append("the digest does not match: the record was edited after the run wrote it")
     record = loads(text)

@@ -1,9 +1,9 @@
 """FSDP mixed precision on the accelerator's own device type.
 
 Lightning's ``FSDPPrecision`` autocasts on ``"cuda"`` and builds ``ShardedGradScaler()``, whose
-device defaults to ``"cuda"`` (audit row 9): on any other device autocast switches itself off
+device defaults to ``"cuda"``: on any other device autocast switches itself off
 and fp16 scaling fails. :class:`AnyFSDPPrecision` takes the device type like Lightning's
-``MixedPrecision(precision, device)`` does, so :func:`~lightning_anyaccel.precision.align_precision_plugin`
+``MixedPrecision(precision, device)`` does, so :func:`~lightning_anyaccel.device.precision.align_precision_plugin`
 can rebuild it for the strategy's device. Fabric's ``FSDPPrecision`` has the same two faults;
 :class:`AnyFabricFSDPPrecision` is the same fix (:class:`DeviceFSDPPrecisionMixin`) for it.
 
@@ -19,17 +19,17 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import torch
-from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.plugins.precision.fsdp import FSDPPrecision as FabricFSDPPrecision
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.plugins.precision import FSDPPrecision
 from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_anyaccel.devices import PRECISION_DTYPES
-from lightning_anyaccel.lightning_hooks import FSDPPrecisionHooks
-from lightning_anyaccel.precision import check_precision
-from lightning_anyaccel.runtime import detect_device_type
+from lightning_anyaccel.device.precision import check_precision
+from lightning_anyaccel.device.runtime import detect_device_type
+from lightning_anyaccel.device.spec import PRECISION_DTYPES
+from lightning_anyaccel.lightning_stubs import FSDPPrecisionHooks
 
 if TYPE_CHECKING:
     _Base = FSDPPrecisionHooks
@@ -63,7 +63,7 @@ class DeviceFSDPPrecisionMixin(_Base):
         precision: as for ``FSDPPrecision`` (``"bf16-mixed"``, ``"16-mixed"``, ``"32-true"``, ...).
         scaler: a ``ShardedGradScaler`` of your own (``16-mixed`` only); default: one on ``device``.
         device: the device type to autocast on; ``None`` (default) is the device type the package
-            detects (:func:`lightning_anyaccel.runtime.detect_device_type`, ``"cpu"`` without an
+            detects (:func:`lightning_anyaccel.device.runtime.detect_device_type`, ``"cpu"`` without an
             accelerator). The strategies set it from their device, so users rarely pass it.
 
     Raises:

@@ -1,0 +1,98 @@
+"""docs/architecture.md's layer rule, checked on the package's real import graph.
+
+The graph is read from the source with ``ast``: every ``import`` of a module of the package, also
+those inside functions (a lazy import is a dependency too). Each module belongs to exactly one
+layer of the page's list; a module imports only modules of its own layer or of the layers below,
+and no chain of imports comes back to where it started.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "lightning_anyaccel"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (``from pkg import module`` counts as that module)."""
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    submodule = f"{node.module}.{alias.name}"
+                    imported.add(submodule if submodule in MODULES else node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+        graph[name] = {m for m in imported if m in MODULES and m != name}
+    return graph
+
+
+def layers() -> list[tuple[str, list[str]]]:
+    """The layers of docs/architecture.md, bottom first: (title, the paths each names, relative to the package)."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    section = page.split("## The layers", 1)[1].split("\n## ", 1)[0]
+    found = re.findall(r"^\d+\. \*\*([^*]+)\*\* \(([^)]*)\)", section, flags=re.MULTILINE)
+    return [(title, re.findall(r"`([\w/.]+)`", paths)) for title, paths in found]
+
+
+def _layer_of(module: str, rule: list[tuple[str, list[str]]]) -> list[int]:
+    path = MODULES[module].relative_to(PACKAGE).as_posix()
+    return [index for index, (_, paths) in enumerate(rule)
+            if any(path == p or (p.endswith("/") and path.startswith(p)) for p in paths)]
+
+
+def test_every_module_is_in_exactly_one_layer() -> None:
+    rule = layers()
+    assert len(rule) >= 5, rule
+    placed = {module: _layer_of(module, rule) for module in MODULES}
+    assert {m: where for m, where in placed.items() if len(where) != 1} == {}
+
+
+def test_every_import_goes_down_or_across() -> None:
+    rule = layers()
+    graph = import_graph()
+    layer = {module: _layer_of(module, rule)[0] for module in MODULES}
+    upward = sorted(f"{m} ({rule[layer[m]][0]}) imports {d} ({rule[layer[d]][0]})"
+                    for m, deps in graph.items() for d in deps if layer[d] > layer[m])
+    assert upward == []
+
+
+def test_no_import_cycle() -> None:
+    graph = import_graph()
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                cycles.append(path[path.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert cycles == []
+
+
+def test_the_graph_sees_lazy_imports() -> None:
+    """An import inside a function is an edge too (verify imports the checks' helpers when it runs)."""
+    assert "lightning_anyaccel.device.distributed" in import_graph()["lightning_anyaccel.verify"]
