@@ -31,7 +31,8 @@ PYTHON = sys.executable
 
 #: Fault-matrix cells whose code path another test already covers (docs/faults.md, "full"): they run
 #: with ANYACCEL_FAULT_MATRIX_FULL=1 only, so that CI stays within its time budget.
-full = pytest.mark.skipif(os.environ.get("ANYACCEL_FAULT_MATRIX_FULL") != "1",
+FULL_MATRIX = os.environ.get("ANYACCEL_FAULT_MATRIX_FULL") == "1"
+full = pytest.mark.skipif(not FULL_MATRIX,
                           reason="repeats a covered code path; ANYACCEL_FAULT_MATRIX_FULL=1 runs it (docs/faults.md)")
 
 
@@ -85,7 +86,8 @@ class Job:
         self.logs.append(log)
         return proc
 
-    def wait(self, timeout: float) -> list[Result]:
+    def wait(self, timeout: float, kill: bool = True) -> list[Result]:
+        """Each command's result; ``kill=False``: leave what the commands started for the caller to inspect."""
         deadline = self.start + timeout
         ended: dict[int, float] = {}
         while time.monotonic() < deadline and len(ended) < len(self.procs):
@@ -93,7 +95,8 @@ class Job:
                 if i not in ended and proc.poll() is not None:
                     ended[i] = time.monotonic() - self.start
             time.sleep(0.2)
-        self.kill()
+        if kill or len(ended) < len(self.procs):
+            self.kill()
         return [
             Result(proc.returncode if i in ended else None, log.read_text(errors="replace"), ended.get(i, timeout))
             for i, (proc, log) in enumerate(zip(self.procs, self.logs))

@@ -1,18 +1,23 @@
-"""Bad input fails fast with a message that names the fix (real CPU build, no simulation)."""
+"""Bad input fails fast with a message that names the fix, through both front ends.
+
+Each behaviour is one test parameterised by front end (``front_ends.py``: ids ``trainer`` and
+``fabric``), checking the same message for both. The real CPU build answers, except where a test
+needs a device type with a table entry to change (``fakes.py``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
-from lightning import Trainer
 
 import lightning_anyaccel  # noqa: F401  (registers names)
+from fakes import install_fake_device
+from front_ends import FRONT_ENDS, FrontEndCase
 from lightning_anyaccel import (
     AnyAccelerator,
-    AnyDDPStrategy,
-    AnySingleDeviceStrategy,
     BackendError,
     DeviceNotAvailableError,
     PrecisionNotSupportedError,
@@ -21,18 +26,12 @@ from lightning_anyaccel import (
 from lightning_anyaccel.device.devices import DEVICE_TABLE
 
 
-def _trainer(**kwargs):
-    return Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, **kwargs)
-
-
-def test_unknown_device_name():
-    with pytest.raises(ValueError, match=r"Unknown device type 'tpu9'\. Known device types: cpu, cuda, .*register_device"):
-        AnyAccelerator("tpu9")
-
-
-def test_unknown_accelerator_string_lists_names():
-    with pytest.raises(ValueError, match="invalid accelerator name.*xpu"):
-        _trainer(accelerator="tpu9", devices=1)
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_unknown_device_name(front_end: FrontEndCase):
+    with pytest.raises(ValueError, match=r"Unknown device type 'tpu9'\. Known device types: cpu, cuda, hpu.*register_device"):
+        front_end.package.AnyAccelerator("tpu9")
+    with pytest.raises(ValueError, match=r"invalid accelerator name: `accelerator='tpu9'`.*xpu"):
+        front_end.build(accelerator="tpu9", devices=1)
 
 
 @pytest.mark.parametrize("device_type", ["xpu", "hpu", "npu", "cuda"])
@@ -42,36 +41,56 @@ def test_device_that_is_not_there(device_type):
         AnyAccelerator(device_type)
 
 
-def test_registered_name_of_missing_device():
-    with pytest.raises(DeviceNotAvailableError, match=r"AnyAccelerator\('xpu'\).*pip install torch --index-url"):
-        _trainer(accelerator="xpu", strategy="any_ddp", devices=2)
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize(("strategy", "devices"), [("any_ddp", 2), ("any_single", 1)])
+def test_registered_name_of_missing_device(front_end: FrontEndCase, strategy, devices):
+    with pytest.raises(DeviceNotAvailableError, match=r"AnyAccelerator\('xpu'\): PyTorch sees no Intel GPU \(XPU\)"
+                                                      r" device here\. Install pip install torch --index-url"):
+        front_end.build(accelerator="xpu", strategy=strategy, devices=devices)
 
 
-def test_more_cpu_processes_than_one_with_single_strategy():
-    with pytest.raises(Exception, match=r"any_single' trains on one device, but devices= selected 2.*'any_ddp'"):
-        _trainer(accelerator=AnyAccelerator(), strategy="any_single", devices=2)
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_single_strategy_with_two_devices(front_end: FrontEndCase):
+    for accelerator in ("any", front_end.package.AnyAccelerator()):
+        with pytest.raises(Exception, match=r"strategy='any_single' trains on one device, but devices= selected 2"
+                                            r".*'any_ddp'"):
+            front_end.build(accelerator=accelerator, strategy="any_single", devices=2)
 
 
-def test_precision_the_device_cannot_do(monkeypatch):
-    monkeypatch.setitem(DEVICE_TABLE, "cpu", dataclasses.replace(DEVICE_TABLE["cpu"], autocast_dtypes=("bf16",)))
-    with pytest.raises(PrecisionNotSupportedError, match=r"'16-mixed' needs fp16 autocast.*Choose one of: 'bf16-mixed', '32-true'"):
-        _trainer(accelerator=AnyAccelerator(), strategy="any_single", devices=1, precision="16-mixed")
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+@pytest.mark.parametrize("device_type", ["cpu", "xpu"])
+def test_precision_the_device_cannot_do(monkeypatch, front_end: FrontEndCase, device_type):
+    if device_type != "cpu":
+        install_fake_device(monkeypatch, device_type, count=1)
+    monkeypatch.setitem(DEVICE_TABLE, device_type, dataclasses.replace(DEVICE_TABLE[device_type], autocast_dtypes=("bf16",)))
+    name = re.escape(get_spec(device_type).name)
+    accelerator = front_end.package.AnyAccelerator() if device_type == "cpu" else device_type
+    with pytest.raises(PrecisionNotSupportedError,
+                       match=rf"precision='16-mixed' needs fp16 autocast, which {name} \('{device_type}'\) does not"
+                             r" support in this PyTorch\. Choose one of: 'bf16-mixed', '32-true'"):
+        front_end.build(accelerator=accelerator, strategy="any_single", devices=1, precision="16-mixed")
 
 
-def test_precision_unavailable_in_this_torch(monkeypatch):
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_precision_unavailable_in_this_torch(monkeypatch, front_end: FrontEndCase):
     monkeypatch.setattr(torch.amp, "is_autocast_available", lambda device_type: False)
     with pytest.raises(PrecisionNotSupportedError, match="bf16 autocast"):
-        _trainer(accelerator=AnyAccelerator(), strategy=AnyDDPStrategy(), devices=2, precision="bf16-mixed")
+        front_end.build(accelerator=front_end.package.AnyAccelerator(), strategy=front_end.package.AnyDDPStrategy(),
+                        devices=2, precision="bf16-mixed")
 
 
-def test_unregistered_backend():
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_unregistered_backend(front_end: FrontEndCase):
     with pytest.raises(BackendError, match=r"'nosuch' for CPU \('cpu'\) is not registered.*registered: .*gloo.*process_group_backend="):
-        _trainer(accelerator=AnyAccelerator(), strategy=AnyDDPStrategy(process_group_backend="nosuch"), devices=2)
+        front_end.build(accelerator=front_end.package.AnyAccelerator(),
+                        strategy=front_end.package.AnyDDPStrategy(process_group_backend="nosuch"), devices=2)
 
 
-def test_fake_backend_refused():
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_fake_backend_refused(front_end: FrontEndCase):
     with pytest.raises(BackendError, match="test stub.*'gloo'"):
-        _trainer(accelerator=AnyAccelerator(), strategy=AnyDDPStrategy(process_group_backend="fake"), devices=2)
+        front_end.build(accelerator=front_end.package.AnyAccelerator(),
+                        strategy=front_end.package.AnyDDPStrategy(process_group_backend="fake"), devices=2)
 
 
 def test_device_without_collective_backend():
@@ -81,17 +100,19 @@ def test_device_without_collective_backend():
         resolve_backend(torch.device("mps", 0))
 
 
-def test_strategy_on_another_device_type_than_accelerator():
-    strategy = AnySingleDeviceStrategy("meta")
-    strategy.accelerator = AnyAccelerator("cpu")
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_strategy_on_another_device_type_than_accelerator(front_end: FrontEndCase):
+    strategy = front_end.package.AnySingleDeviceStrategy("meta")
+    strategy.accelerator = front_end.package.AnyAccelerator("cpu")
     with pytest.raises(ValueError, match="runs on meta, but the accelerator is AnyAccelerator\\('cpu'\\)"):
         strategy.setup_environment()
 
 
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
 @pytest.mark.parametrize("devices", [0, -3, "x"])
-def test_bad_cpu_device_counts(devices):
+def test_bad_cpu_device_counts(front_end: FrontEndCase, devices):
     with pytest.raises(Exception):
-        _trainer(accelerator=AnyAccelerator(), strategy="any_ddp", devices=devices)
+        front_end.build(accelerator=front_end.package.AnyAccelerator(), strategy="any_ddp", devices=devices)
 
 
 def test_old_torch_is_refused_without_reinstalling():

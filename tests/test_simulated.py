@@ -12,7 +12,6 @@ renamed once per process) or touches a real accelerator.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import textwrap
 import zipfile
@@ -29,7 +28,7 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 
 import lightning_anyaccel  # noqa: F401  (registers names)
 from fakes import FakeDeviceModule, install_fake_device
-from front_ends import EVERY_FRONT_END, FrontEndCase
+from front_ends import EVERY_FRONT_END, FRONT_ENDS, FrontEndCase
 from lightning_anyaccel import (
     AnyAccelerator,
     DeviceCountError,
@@ -37,10 +36,8 @@ from lightning_anyaccel import (
     get_spec,
     resolve_backend,
 )
-from lightning_anyaccel.device import devices as devices_mod
 from lightning_anyaccel.device.distributed import BackendError, ForkAfterInitError
 from lightning_anyaccel.device.precision import PrecisionNotSupportedError, align_precision_plugin
-from lightning_anyaccel.device.runtime import DeviceNotAvailableError
 from lightning_anyaccel.fabric import AnyDDPStrategy, AnySingleDeviceStrategy, seed_everything
 from lightning_anyaccel.strategies.errors import NotebookLaunchError
 
@@ -241,16 +238,6 @@ def test_mixed_precision_targets_the_device(fake_device, device_type, precision)
         assert plugin.scaler._device == device_type
 
 
-def test_unsupported_precision_fails_fast(fake_device, monkeypatch) -> None:
-    fake_device("xpu", count=1)
-    monkeypatch.setitem(devices_mod.DEVICE_TABLE, "xpu",
-                        dataclasses.replace(devices_mod.DEVICE_TABLE["xpu"], autocast_dtypes=("bf16",)))
-    with pytest.raises(PrecisionNotSupportedError,
-                       match=r"precision='16-mixed' needs fp16 autocast, which Intel GPU \(XPU\) \('xpu'\) does not"
-                             r" support in this PyTorch. Choose one of: 'bf16-mixed', '32-true'"):
-        Fabric(accelerator="xpu", strategy="any_single", devices=1, precision="16-mixed")
-
-
 @pytest.mark.parametrize("front_end", EVERY_FRONT_END)
 @pytest.mark.parametrize("device_type", ["cuda", "xpu"])
 def test_device_without_bf16_fails_before_training(fake_device, front_end: FrontEndCase, device_type) -> None:
@@ -340,34 +327,18 @@ def test_notebook_refuses_popen_and_spawn(monkeypatch, strategy) -> None:
         Fabric(accelerator="any", strategy=strategy, devices=2)
 
 
-# ----- names -----------------------------------------------------------------------------------------
+# ----- names (the errors for bad names, through both front ends, are in test_errors.py) ---------------
 
-def test_single_strategy_with_two_devices() -> None:
-    with pytest.raises(Exception, match="strategy='any_single' trains on one device, but devices= selected 2"):
-        Fabric(accelerator="any", strategy="any_single", devices=2)
-
-
-def test_unknown_device_name() -> None:
-    with pytest.raises(ValueError, match=r"Unknown device type 'foo'. Known device types: cpu, cuda, hpu"):
-        AnyAccelerator("foo")
-    with pytest.raises(ValueError, match=r"invalid accelerator name: `accelerator='foo'`.*xpu"):
-        Fabric(accelerator="foo")
-
-
-def test_unavailable_device() -> None:
-    with pytest.raises(DeviceNotAvailableError, match=r"AnyAccelerator\('xpu'\): PyTorch sees no Intel GPU \(XPU\)"
-                                                      r" device here. Install pip install torch --index-url"):
-        Fabric(accelerator="xpu", strategy="any_single", devices=1)
-
-
-def test_registered_names_resolve(fake_device) -> None:
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_registered_names_resolve(fake_device, front_end: FrontEndCase) -> None:
     fake_device("xpu", backend="xccl")
     for name, method in [("any_ddp", "popen"), ("any_ddp_spawn", "spawn"), ("any_ddp_fork", "fork"),
                          ("any_ddp_notebook", "fork")]:
-        strategy = Fabric(accelerator="xpu", strategy=name, devices=2).strategy
-        assert type(strategy) is AnyDDPStrategy and strategy._start_method == method
-    assert type(Fabric(accelerator="xpu", strategy="any_single", devices=[1]).strategy) is AnySingleDeviceStrategy
-    assert Fabric(accelerator="xpu", strategy="any_single", devices=[1]).device == torch.device("xpu", 1)
+        strategy = front_end.build(accelerator="xpu", strategy=name, devices=2).strategy
+        assert type(strategy) is front_end.package.AnyDDPStrategy and strategy._start_method == method
+    single = front_end.build(accelerator="xpu", strategy="any_single", devices=[1]).strategy
+    assert type(single) is front_end.package.AnySingleDeviceStrategy
+    assert single.root_device == torch.device("xpu", 1)
 
 
 def test_front_ends_refuse_each_others_strategies() -> None:

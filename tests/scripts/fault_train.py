@@ -6,8 +6,13 @@ FSDP2 or DeepSpeed strategy through the Trainer or Fabric, and writes ``<out>/ra
 ``--fault-step``): ``kill`` (SIGKILL itself), ``stop`` (SIGSTOP itself), ``raise`` (an error in
 ``training_step``), ``absent`` (stops before joining the process group: a rank that never
 arrives), ``term`` (SIGTERM to the whole job, what a scheduler does). ``--hang-save-at STEP``
-with ``--hang-after-files N`` stops the save of step STEP after N files were written and waits
-to be killed (``N=-1``: after all files, right before the new checkpoint takes the old one's place).
+with ``--hang-after-files N`` stops the sharded save of step STEP after N files were written and
+waits to be killed (``N=-1``: after all files, right before the new checkpoint takes the old one's
+place); a single-file save (DDP) stops after writing half of the file. ``--io direct`` (DDP): a
+writer that writes straight into the target file instead of the package's atomic one (the control).
+
+One node or several: ``--num-nodes N`` with ``NODE_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` set
+per node, as the environment-variable launch does; each node's command starts its 2 processes.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 import lightning_anyaccel  # noqa: F401  (registers names)
 from lightning_anyaccel.checkpoints import atomic_commit
+from lightning_anyaccel.checkpoints.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.checkpoints.preemption import PreemptionCheckpoint
 from lightning_anyaccel.strategies import atomic_save
 from lightning_anyaccel.tools.demo import DemoModel, demo_data, demo_loader
@@ -117,13 +123,23 @@ def without_deepspeed_shm() -> None:
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
+class DirectCheckpointIO(AtomicCheckpointIO):
+    """The control: writes straight into the target file, as a non-atomic writer would."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as file:
+            self._write(checkpoint, file)
+
+
 def trainer_strategy(args: argparse.Namespace) -> Any:
     from lightning_anyaccel import AnyDDPStrategy
     from lightning_anyaccel.strategies import AnyDeepSpeedStrategy, AnyFSDPStrategy, AnyModelParallelStrategy
 
     timeout = timedelta(seconds=args.timeout)
     if args.strategy == "ddp":
-        return AnyDDPStrategy(timeout=timeout, start_method=args.start_method)
+        io = DirectCheckpointIO() if args.io == "direct" else None
+        return AnyDDPStrategy(timeout=timeout, start_method=args.start_method, checkpoint_io=io)
     if args.strategy == "fsdp":
         return AnyFSDPStrategy(timeout=timeout, state_dict_type="sharded")
     if args.strategy == "fsdp_full":
@@ -228,8 +244,24 @@ def hang_during_saves(args: argparse.Namespace, out: Path) -> None:
             hang("before commit")
         original_commit(staged, target)
 
+    original_write = AtomicCheckpointIO._write
+
+    def write(io: Any, checkpoint: dict[str, Any], file: Any) -> None:
+        if checkpoint.get("global_step") != args.hang_save_at:
+            original_write(io, checkpoint, file)
+            return
+        import io as io_module
+
+        buffer = io_module.BytesIO()
+        original_write(io, checkpoint, buffer)
+        data = buffer.getvalue()
+        file.write(data[: len(data) // 2])
+        file.flush()
+        hang(f"half of {file.name} written")
+
     atomic_save.save_atomically = save_atomically  # the sharded strategies' saves call it from there
     atomic_commit.commit = commit  # every commit calls it as atomic_commit.commit
+    AtomicCheckpointIO._write = write  # single-file saves (DDP)
 
 
 def start_together(out: Path, wait_s: float = 600) -> None:
@@ -281,6 +313,7 @@ def main() -> None:
     parser.add_argument("--resume", default=None)
     parser.add_argument("--hang-save-at", type=int, default=None)
     parser.add_argument("--hang-after-files", type=int, default=1)
+    parser.add_argument("--io", choices=("atomic", "direct"), default="atomic")
     parser.add_argument("--start-together", action="store_true")
     args = parser.parse_args()
     out = Path(args.out)
