@@ -84,8 +84,12 @@ def test_readme_names_the_commands_and_versions():
 
 def test_make_test_runs_the_notebooks():
     makefile = (ROOT / "Makefile").read_text()
-    test_recipe = re.search(r"^test:.*?\n((?:\t.*\n)+)", makefile, re.M).group(1)
-    assert "pytest --nbmake notebooks/" in test_recipe
+
+    def recipe(target: str) -> str:
+        return re.search(rf"^{target}:.*?\n((?:\t.*\n)+)", makefile, re.M).group(1)
+
+    assert "test-suite" in recipe("test").split()
+    assert "pytest --nbmake notebooks/" in recipe("test-suite")
 
 
 def test_validation_status_covers_every_device_type():
