@@ -64,10 +64,13 @@ DEVICE_TEST_WORKERS ?= 2
 # The seeds' own device types, emulated on torch's XPU/HPU dispatch keys by the same build
 # (docs/emulator.md): the device-generic tests without the spawn/fork start methods of DDP, which
 # exercise the launcher, not the device, and run on `acme` above; nor notebook 2 and the validation kit
-# (tests/test_validate.py), which run on `acme`.
+# (tests/test_validate.py), which run on `acme`; and each two-process test (DDP, the checkpoint from two
+# processes) with the Trainer only: Fabric starts and saves through the same Lightning and torch code,
+# and runs them on `acme`.
 # On xpu, of the workloads GPT-2 through one device only (its attention on xpu; the strategies run on
 # `acme` and `hpu`): XPU_WORKLOADS, comma-separated, empty for none (tests/test_workloads.py).
-SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook and not test_the_kit
+SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook and not test_the_kit \
+	and not (fabric and (test_ddp_two_processes or test_checkpoint_from_two_processes))
 XPU_WORKLOADS ?= gpt2_single
 # Each run writes its validation record (lightning_anyaccel/tools/records.py) into RECORDS as <type>-<level>.toml:
 # `make test` into _build/records (CI's evidence, not committed); `make records` into docs/records, the
@@ -180,15 +183,15 @@ lock: install
 #   nvidia-* libraries; uv keeps them in $(UV_CACHE_DIR)) and $(LOCK). They run $(COMPAT_TESTS) and
 #   $(COMPAT_TORCH_TESTS) on CPU, then (the ends in $(COMPAT_EMULATED_ENDS)) the device-generic tests
 #   on the emulated accelerator compiled for that torch.
-# `make test` already runs these files on the main environment, so CI (.ci/run) runs the ends
-# oldest, torch-oldest and torch-newest.
+# `make test` already runs these files on the main environment. CI (.ci/run) runs the end `oldest`
+# beside it; the torch ends, a CUDA build of 6.5 GB each, run outside CI's time budget.
 COMPAT_DIR ?= .compat
 COMPAT_ENDS ?= newest oldest torch-oldest torch-newest
 COMPAT_TESTS ?= $(wildcard tests/test_lightning_contract.py) tests/test_compat_fit.py
 COMPAT_TORCH_TESTS ?= tests/test_compat_torch.py
 COMPAT_EMULATED ?= emulated:npu
 # The torch ends that also run the device-generic tests on the emulated accelerator (compiled for that
-# torch first, into tests/emulator/_build/torch-<version>-...); CI runs the floor's on CPU only (.ci/run).
+# torch first, into tests/emulator/_build/torch-<version>-...); `COMPAT_EMULATED_ENDS=` runs none.
 COMPAT_EMULATED_ENDS ?= torch-oldest torch-newest
 # On the torch ends, each DDP start method and the two-process checkpoint with one front end, and not
 # notebook 2, the workloads, verify or the validation kit: the Trainer and Fabric start processes and
