@@ -89,8 +89,8 @@ export ANYACCEL_EXPECTED_SKIPS ?= $(CURDIR)/tests/expected_skips.toml
 # accelerator loaded with one device, in one process (the CPU pass runs them already).
 ONE_DEVICE_TESTS ?= tests/test_sharding_cpu.py tests/test_verify.py
 # The main run mostly waits on child processes, launchers and a browser; the emulated runs mostly
-# compute. So they run side by side (test-suite and test-emulated, each its output in one piece, the
-# emulated runs' first), mypy beside them; `make test-suite` or `make test-emulated` runs one half.
+# compute. So they run side by side (test-suite and test-emulated, each its output in one piece when
+# it ends), mypy beside them; `make test-suite` or `make test-emulated` runs one half.
 test: install
 	@$(MAKE) --no-print-directory -j3 --output-sync=target test-emulated test-suite typecheck
 
