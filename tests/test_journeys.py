@@ -148,11 +148,15 @@ def test_aurora_script_on_one_node(tmp_path: Path, launcher: str, strategy: str)
             job.spawn(["bash", str(LAUNCH / "mpiexec.sh"), *aurora_args(out, strategy, 2, 1)], tmp_path / "job.log",
                       env=env)
         else:
+            # the PBS script's default command (no arguments): `python $TRAIN_SCRIPT --devices $PPN --num_nodes N`
+            # in $PBS_O_WORKDIR, where the Aurora-style script writes its default output folder
             nodefile = tmp_path / "nodefile"
             nodefile.write_text("localhost\n")
-            env = {"PBS_NODEFILE": str(nodefile), "PPN": "2", "MPIEXEC": str(MPICH), "MPIEXEC_EXTRA_ARGS": "-launcher fork"}
-            job.spawn(["bash", str(LAUNCH / "aurora.pbs"), *aurora_args(out, strategy, 2, 1)], tmp_path / "job.log",
-                      env=env)
+            out = tmp_path / "aurora_out"
+            env = {"PBS_NODEFILE": str(nodefile), "PBS_O_WORKDIR": str(tmp_path), "PPN": "2", "TRAIN_SCRIPT": AURORA,
+                   "PATH": f"{Path(PYTHON).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+                   "MPIEXEC": str(MPICH), "MPIEXEC_EXTRA_ARGS": "-launcher fork"}
+            job.spawn(["bash", str(LAUNCH / "aurora.pbs")], tmp_path / "job.log", env=env)
         _run(job)
     assert_aurora_trained(out, strategy, "AnyMPIEnvironment")
 

@@ -103,7 +103,7 @@ def test_device_lists_that_select_nothing_or_twice(monkeypatch):
 def test_more_devices_than_exist(fake_device, front_end: FrontEndCase):
     fake_device("xpu", backend="xccl")
     with pytest.raises(DeviceCountError, match=r"devices=4 asks for Intel GPU \(XPU\) device\(s\) \[2, 3\], but this"
-                                               r" machine has 2 \(xpu:0..1\)"):
+                                               r" machine has 2 \(xpu:0..1\).*ZE_FLAT_DEVICE_HIERARCHY=FLAT"):
         front_end.build(accelerator=front_end.package.AnyAccelerator("xpu"), strategy="any_ddp", devices=4)
 
 

@@ -13,9 +13,9 @@ import lightning_anyaccel  # noqa: F401  (registers "xpu"; maps "ddp", "deepspee
 from lightning_anyaccel.pytorch_lightning import AnyDeepSpeedStrategy
 
 # MPIDDPStrategy -> Lightning's name
-ddp = pl.Trainer(accelerator="xpu", strategy="ddp", devices=12, num_nodes=2, precision="bf16")
+ddp = pl.Trainer(accelerator="xpu", strategy="ddp", devices=12, num_nodes=2, precision="bf16-mixed")
 
 # XPUDeepSpeedStrategy -> Lightning's name, or the package's class for DeepSpeed's options
-deepspeed = pl.Trainer(accelerator="xpu", strategy="deepspeed_stage_2", devices=12, num_nodes=2, precision="bf16")
+deepspeed = pl.Trainer(accelerator="xpu", strategy="deepspeed_stage_2", devices=12, num_nodes=2, precision="bf16-mixed")
 strategy = AnyDeepSpeedStrategy(stage=2, offload_optimizer=True, logging_batch_size_per_gpu="auto")
-offload = pl.Trainer(accelerator="xpu", strategy=strategy, devices=12, num_nodes=2, precision="bf16")
+offload = pl.Trainer(accelerator="xpu", strategy=strategy, devices=12, num_nodes=2, precision="bf16-mixed")

@@ -159,7 +159,7 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
                 f"devices={devices!r} asks for {name} device(s) {missing}, but this machine has {available}"
                 f" ({device_type}:0..{available - 1})."
                 f" Use devices={available} or -1 for all of them, or fewer; for more processes per node, add nodes"
-                " with num_nodes."
+                " with num_nodes." + (f" {get_spec(device_type).count_hint}" if get_spec(device_type).count_hint else "")
                 if available
                 else f"devices={devices!r} asks for {name} devices, but none are visible to PyTorch."
             )

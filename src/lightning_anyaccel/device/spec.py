@@ -57,6 +57,8 @@ class DeviceSpec:
             host memory, always available, never initialised, with nothing to select, seed or empty.
             What the package does differently there asks this field, never the device's name.
         notes: one line for the support matrix.
+        count_hint: what to check when fewer devices are visible than asked for (added to that error),
+            e.g. how the device's runtime splits a card into several devices.
     """
 
     type: str
@@ -78,6 +80,7 @@ class DeviceSpec:
     process_device_env: str | None = None
     host: bool = False
     notes: str = ""
+    count_hint: str = ""
 
     def supports_precision(self, precision: str) -> bool:
         """Whether a mixed ``precision`` flag can autocast on this device.

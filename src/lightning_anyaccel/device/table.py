@@ -49,6 +49,9 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             install="pip install torch --index-url https://download.pytorch.org/whl/xpu",
             profiler_activity="XPU",
             notes="Stock PyTorch >= 2.8 ships XCCL; intel_extension_for_pytorch is not needed.",
+            count_hint=("GPUs of several tiles (Intel Data Center GPU Max, Aurora's 6 per node) show one device per"
+                        " tile only with ZE_FLAT_DEVICE_HIERARCHY=FLAT (12 on an Aurora node); COMPOSITE shows one per"
+                        " GPU. Set FLAT rather than lowering devices if you meant every tile."),
             deepspeed_accelerator="xpu",
         ),
         DeviceSpec(
@@ -63,7 +66,7 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             seed_functions=("manual_seed_all", "manual_seed"),
             memory_stats="device_module",
             profiler_activity="HPU",
-            notes="torch's backend map says 'fake' for hpu once Lightning is imported; we use hccl.",
+            notes="Every process sees one card, as hpu:0; collectives over hccl.",
             deepspeed_accelerator="hpu",
             process_device_env="HABANA_VISIBLE_MODULES",
         ),
@@ -73,7 +76,7 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             backend="hccl",
             autocast_dtypes=("bf16", "fp16"),
             vendor_module="torch_npu",
-            install="pip install torch_npu matching your torch version (Ascend CANN required)",
+            install="Ascend CANN, then the torch_npu release of your torch's version",
             private_use1=True,
             memory_stats="device_module",
             profiler_activity="PrivateUse1",

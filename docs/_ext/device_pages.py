@@ -1,0 +1,167 @@
+"""The users' device pages and the support grid of the lightning-anyaccel documentation.
+
+- :func:`device_page`: the generated page of one device type, ``docs/devices/<type>.md``, written for
+  that device's users: what they need (stack versions that work and fail, the vendor's install guide,
+  an install block that runs as written), the lines to change, the check, what works, differs or is
+  missing against the vendor's own plugin or recipe, what the package does for them, how their
+  clusters launch jobs, and how far each feature was proven there. The facts come from
+  ``docs/device_pages.toml``, the device table and the validation records.
+- :func:`feature_mark`: one mark per device type and feature for the support grid (``H``, ``E``,
+  ``S``, ``✗``, ``–``), the strongest level of evidence, with the number of processes where it matters.
+- :func:`badge_text`: what ran, in a few words ("NVIDIA H200, 1 process").
+
+How we know (commits, commands, ages) stays on the contributors' page ``docs/evidence.md``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: The levels of evidence, strongest first, with the grid's mark and the users' words for each.
+LEVEL_MARKS = {"hardware": "H", "emulated": "E", "simulated": "S"}
+LEVEL_WORDS = {
+    "hardware": "run on hardware",
+    "emulated": "emulated",
+    "simulated": "simulated only",
+    "untested": "not tested",
+}
+
+#: Feature columns of the grid (keys of a record's ``features``) in the users' words; the multi-process ones
+#: show how many processes ran.
+FEATURES = {
+    "single_device": "1 device",
+    "mixed_precision": "mixed precision",
+    "ddp": "DDP",
+    "fsdp": "FSDP",
+    "fsdp2": "FSDP2",
+    "deepspeed": "DeepSpeed",
+    "checkpoint": "checkpoints",
+    "device_stats": "memory stats",
+    "verify": "verify",
+    "transformer": "GPT-2",
+}
+MULTI_PROCESS = {"ddp", "fsdp", "fsdp2", "deepspeed"}
+#: marks of the comparison tables
+COMPARE_MARKS = {"yes": "✓", "differs": "⚠", "no": "✗"}
+
+
+def load_pages(srcdir: Path) -> dict[str, Any]:
+    """``docs/device_pages.toml``: per device type, what its users need to know."""
+    with open(srcdir / "docs" / "device_pages.toml", "rb") as handle:
+        return tomllib.load(handle)
+
+
+def records_at(entry: dict[str, Any], level: str) -> list[dict[str, Any]]:
+    """The records of a device type at ``level`` (the test suite's, then any other run at that level)."""
+    first = entry.get(level)
+    return [first, *entry.get("more", {}).get(level, [])] if isinstance(first, dict) else []
+
+
+def _processes(record: dict[str, Any], value: str) -> int | None:
+    if value.startswith("passed (") and "process" in value:
+        digits = "".join(c for c in value if c.isdigit())
+        return int(digits) if digits else None
+    count = record.get("max_processes")
+    return int(count) if isinstance(count, int) else None
+
+
+def feature_mark(spec: Any, entry: dict[str, Any], feature: str) -> str:
+    """The strongest level at which ``feature`` passed on the device type: one mark.
+
+    ``H``/``E``/``S`` (hardware, emulated, simulated), followed for the multi-process features by the
+    number of processes that trained (``H (1)``); ``✗`` where the device can not do it (no collective
+    backend); ``–`` where nothing ran.
+    """
+    if feature in MULTI_PROCESS and not spec.backend:
+        return "✗"
+    for level, mark in LEVEL_MARKS.items():
+        for record in records_at(entry, level):
+            value = str(record.get("features", {}).get(feature, ""))
+            if value.startswith("passed"):
+                count = _processes(record, value) if feature in MULTI_PROCESS else None
+                return f"{mark} ({count})" if count else mark
+    return "–"
+
+
+def badge_text(entry: dict[str, Any]) -> str:
+    """What ran, in a few words: ``run on NVIDIA H200, 1 process``, ``emulated, 2 processes``, ``simulated only``."""
+    status = entry.get("status", "untested")
+    record = entry.get(status)
+    if status == "hardware" and isinstance(record, dict):
+        count = record.get("max_processes") or 1
+        return f"run on {record.get('device_name', 'hardware')}, {count} process{'es' if count != 1 else ''}"
+    if status == "emulated" and isinstance(record, dict):
+        count = record.get("max_processes") or 1
+        return f"emulated, {count} process{'es' if count != 1 else ''}"
+    return LEVEL_WORDS.get(status, status)
+
+
+def family_name(device_type: str, pages: dict[str, Any], default: str) -> str:
+    return str(pages.get(device_type, {}).get("family", default))
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def _grid_lines(spec: Any, entry: dict[str, Any]) -> list[str]:
+    header = list(FEATURES.values())
+    return [_row(header), _row(["---"] * len(header)),
+            _row([feature_mark(spec, entry, f) for f in FEATURES])]
+
+
+def device_page(spec: Any, entry: dict[str, Any], facts: dict[str, Any], trainer_lines: str,
+                migration: tuple[str, str] | None, fixes: list[tuple[str, str, str]]) -> str:
+    """The generated page of one device type (MyST markdown)."""
+    family = facts.get("family", spec.name)
+    status = entry.get("status", "untested")
+    lines = [
+        f"# {family}: `{spec.type}`", "",
+        "<!-- generated by docs/_ext/device_pages.py from docs/device_pages.toml, DEVICE_TABLE and docs/records -->", "",
+        f'<span class="anyaccel-badge anyaccel-badge-{status}">{badge_text(entry)}</span> ([how far each feature was proven](#how-far-each-feature-was-proven))", "",
+        "## What you need", "",
+        f"- **Works:** {facts['stack_works']}.",
+        f"- **Does not work:** {facts['stack_fails']}.",
+        f"- **Install guide:** [{facts['guide'][0]}]({facts['guide'][1]}).", "",
+        "The versions are the vendor's published ones; install the vendor's PyTorch first, then this package "
+        "(not on PyPI yet; [other ways](../installation.md#installing-the-package)):", "",
+        "```bash", facts["install"].strip(), "```", "",
+    ]
+    if facts.get("install_note"):
+        lines += [facts["install_note"], ""]
+    lines += ["## The lines to change", "", "```python", trainer_lines, "```", ""]
+    if migration:
+        lines += [f"Coming from {migration[0]}: [every line to change](../migration.md#{migration[1]}).", ""]
+    if not spec.lightning_builtin:
+        lines += ["A program you can't edit (a LightningCLI application) trains there with "
+                  "`LIGHTNING_ANYACCEL_ACTIVATE=1`: [programs you don't edit](../programs.md).", ""]
+    lines += ["## The check", "", "```bash", f"python -m lightning_anyaccel.verify --device {spec.type}", "```", "",
+              "It prints what PyTorch sees (devices, collective backend, precisions) and trains a small model "
+              "there; a problem comes with the fix to make.", ""]
+    compare = facts.get("compare")
+    title = f"Compared with [{compare[0]}]({compare[1]})" if compare else "What works"
+    lines += [f"## {title}" if compare else "## What works", "",
+              "✓ works (as there), ⚠ works differently, ✗ missing here, with what to do instead.", "",
+              _row(["", "feature", "here"]), _row(["---", "---", "---"])]
+    lines += [_row([COMPARE_MARKS[mark], feature, text]) for mark, feature, text in facts.get("rows", [])]
+    lines += ["", "## What the package does for you", ""]
+    lines += [f"- {gain};" for gain in facts.get("gains", [])]
+    if fixes:
+        lines += ["", "Problems of Lightning and PyTorch on this device that the package handles for you (each link "
+                  "says how, and what is left to you):", ""]
+        lines += [f"- {lead} ([{section}](../limitations.md#{anchor}))" for section, anchor, lead in fixes]
+    lines += ["", f"## Launching on {family} clusters", "", facts.get("launch", "").strip(), "",
+              "## How far each feature was proven", "",
+              "**H** ran on hardware, **E** on an emulated device, **S** simulated only "
+              "([what each level shows](../evidence.md)); (2): trained with 2 processes; "
+              "✗ not supported; – not tested.", "", *_grid_lines(spec, entry), "",
+              "Every device at once: the [support grid](../support_matrix.md). Have this device? "
+              "[Validate it](../validate_hardware.md).", ""]
+    return "\n".join(lines)
