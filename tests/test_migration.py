@@ -51,6 +51,58 @@ def diffs_and_includes() -> list[tuple[list[str], Path]]:
     return pairs
 
 
+def _python_diffs() -> list[tuple[str, list[str], list[str]]]:
+    """``(section, removed lines, added and kept lines)`` of every Python diff of the page."""
+    text = PAGE.read_text()
+    found, section = [], ""
+    for block in re.finditer(r"^## ([^\n]+)$|```diff\n(.*?)```", text, flags=re.S | re.M):
+        if block.group(1):
+            section = block.group(1)
+            continue
+        lines = block.group(2).splitlines()
+        if any("PBS_NODEFILE" in line for line in lines):
+            continue  # the job script's diff is bash
+        found.append((section, [ln[1:] for ln in lines if ln[:1] == "-"], [ln[1:] for ln in lines if ln[:1] in "+ "]))
+    return found
+
+
+def _imported(lines: list[str]) -> set[str]:
+    """Names the lines import (``import a.b``, ``from m import (A, B)``, ``import x as y``)."""
+    joined = "\n".join(lines)
+    names = set()
+    for module in re.findall(r"^\s*import ([\w.]+)(?: as (\w+))?", joined, flags=re.M):
+        names.add(module[1] or module[0].split(".")[0])
+    groups = re.findall(r"from [\w.]+ import \(([^)]*)\)", joined) + re.findall(r"^\s*from [\w.]+ import ([^(\n]+)$",
+                                                                              joined, flags=re.M)
+    for group in groups:
+        names |= {part.split("#")[0].split(" as ")[-1].strip() for part in group.replace("\n", ",").split(",")
+                  if part.split("#")[0].strip()}
+    return names
+
+
+def test_diffs_import_what_their_added_lines_use_and_name_current_precisions() -> None:
+    """A reader copies the added lines: every class or module they use is imported by the diff (or by an
+    earlier diff of the same section, or was already used by the removed lines), and their precision
+    names are Lightning's current ones (``"bf16"`` alone is discouraged by Lightning)."""
+    diffs = _python_diffs()
+    assert len(diffs) >= 7
+    problems, seen = [], {}
+    for section, removed, added in diffs:
+        known = seen.setdefault(section, set()) | _imported(added) | {"pl", "torch", "Trainer"}
+        before = "\n".join(removed)
+        for line in added:
+            code = line.split("#")[0]
+            for name in re.findall(r"(?<![\w.])([A-Z]\w+|torch)(?=[(.])", code):
+                if name not in known and not re.search(rf"\b{name}\b", before):
+                    problems.append(f"{section}: {name} used but not imported: {line.strip()}")
+            problems += [f"{section}: old precision name: {line.strip()}"
+                         for _ in re.findall(r"precision=[\"'](?:bf16|16|32|64)[\"']", code)]
+        seen[section] |= _imported(added)
+    assert not problems, "\n".join(problems)
+    # the check can fail: the 16-mixed diff as it once was
+    assert "MixedPrecision" not in _imported(["no_scaling = MixedPrecision('16-mixed', 'hpu')"])
+
+
 def test_every_diff_is_followed_by_the_file_its_after_side_comes_from() -> None:
     pairs = diffs_and_includes()
     assert len(pairs) >= 7

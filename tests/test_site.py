@@ -270,17 +270,31 @@ def test_internal_links_resolve(site):
 
 
 def test_support_matrix_lists_every_device_of_the_table(site, browser):
+    """The support grid comes first on its page: one row per device type, one short mark per feature."""
+    import anyaccel_docs
+    import device_pages
+
     from lightning_anyaccel.device.devices import DEVICE_TABLE
 
+    pages = device_pages.load_pages(ROOT)
+    validation = anyaccel_docs.load_validation(ROOT).get("devices", {})
     visit = PageVisit(browser, urljoin(site, "docs/support_matrix.html"))
     try:
-        table = visit.page.locator("table.anyaccel-support-matrix")
-        text = table.inner_text()
+        assert visit.page.locator("article table").first.get_attribute("class").count("anyaccel-grid") == 1
+        rows = visit.page.locator("table.anyaccel-grid tbody tr")
+        assert rows.count() == len(DEVICE_TABLE)
+        for i, spec in enumerate(DEVICE_TABLE.values()):
+            cells = rows.nth(i).locator("td").all_inner_texts()
+            assert cells[0] == f"{device_pages.family_name(spec.type, pages, spec.name)} {spec.type}", cells
+            expected = [device_pages.feature_mark(spec, validation.get(spec.type, {}), f) for f in device_pages.FEATURES]
+            assert cells[1:] == expected, (spec.type, cells)
+            assert all(len(cell) <= 6 for cell in cells[1:]), cells  # a mark, not a paragraph
+        table = visit.page.locator("table.anyaccel-support-matrix").inner_text()
         for spec in DEVICE_TABLE.values():
-            assert spec.name in text
             if spec.backend:
-                assert spec.backend in text
-        assert "run on hardware" in visit.page.locator("article").inner_text()
+                assert spec.backend in table
+        # the evidence levels are explained above the grid and link the contributors' page
+        assert visit.page.locator("article a[href^='evidence.html']").count() >= 1
     finally:
         visit.close()
 
@@ -512,13 +526,19 @@ def test_install_commands_have_no_placeholders(site):
 
 
 def test_front_page_links_every_device_status_page(site, browser):
-    """One badge per device type on the front page; each opens that device's page, which has the
-    install, the lines to change, the check and the status the badge showed."""
+    """One badge per device type on the front page, naming what ran (the device and the processes of a
+    hardware record; AMD only where a ROCm record exists); each opens that device's page, which answers
+    its users first: what to install, the lines to change, the check, what differs from the vendor's
+    plugin, the launch recipe and how far each feature was proven."""
     import anyaccel_docs
+    import device_pages
 
     from lightning_anyaccel.device.devices import DEVICE_TABLE
 
-    validation = anyaccel_docs.load_validation(ROOT).get("devices", {})
+    data = anyaccel_docs.load_validation(ROOT)
+    validation = data.get("devices", {})
+    facts = device_pages.load_pages(ROOT)
+    rocm = any("AMD" in str(r.get("device_name", "")) or r.get("rocm") for r in data["records"].values())
     visit = PageVisit(browser, urljoin(site, "docs/index.html"))
     try:
         cards = visit.page.locator("ul.anyaccel-device-status a.anyaccel-device")
@@ -528,13 +548,178 @@ def test_front_page_links_every_device_status_page(site, browser):
             found[href.rsplit("/", 1)[-1].removesuffix(".html")] = (href, cards.nth(i).inner_text())
         assert set(found) == set(DEVICE_TABLE), (sorted(found), sorted(DEVICE_TABLE))
         for device_type, (href, card) in found.items():
-            status = anyaccel_docs.STATUS_TEXT[validation.get(device_type, {}).get("status", "untested")]
-            assert status in card, (device_type, card)
+            entry = validation.get(device_type, {})
+            badge = device_pages.badge_text(entry)
+            assert badge in card, (device_type, card)
+            record = entry.get(entry.get("status", ""))
+            if entry.get("status") == "hardware":
+                assert record["device_name"] in badge and "process" in badge, badge
+            assert ("AMD" in card) <= rocm, f"{device_type}: AMD named without a ROCm record: {card}"
             visit.page.goto(urljoin(urljoin(site, "docs/index.html"), href), wait_until="load")
             text = visit.page.locator("article").inner_text()
-            for part in ("Install", "The lines to change", f"lightning_anyaccel.verify --device {device_type}",
-                         "Known limitations here", status):
+            parts = ["What you need", "Works:", "Does not work:", "Install guide:", "The lines to change", "The check",
+                     f"lightning_anyaccel.verify --device {device_type}", "What the package does for you",
+                     "How far each feature was proven", badge]
+            if "compare" in facts.get(device_type, {}):
+                parts.append("Compared with")
+            for part in parts:
                 assert part in text, f"{device_type} page: no {part!r}"
+            order = [text.index(p) for p in ("What you need", "The lines to change", "The check")]
+            assert order == sorted(order), f"{device_type} page: not in the order a user needs them"
+            assert "Known limitations here" not in text  # what the package fixes is not a limitation
+    finally:
+        visit.close()
+
+
+# ---- users' pages say what the user gets; contributors' pages how we know ----------------------
+
+
+def _users_pages() -> list[str]:
+    """The built pages of the users' guide (docs/index.md's first toctree, the generated device pages and
+    the notebooks); the changelog is a record of the project's changes, not a guide page."""
+    import re
+
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    block = re.search(r"```\{toctree\}\n(?:\:[^\n]*\n)*?:caption: Users' guide\n(.*?)```", index, re.S)
+    assert block, "no users' guide toctree in docs/index.md"
+    names = [line.strip() for line in block.group(1).splitlines() if line.strip() and not line.startswith(":")]
+    pages = []
+    for name in names:
+        if name == "changelog":
+            continue
+        pattern = name.lstrip("/") if name.startswith("/") else f"docs/{name}"
+        pages += sorted(str(p.relative_to(HTML)) for p in HTML.glob(pattern + ".html"))
+    pages += sorted(str(p.relative_to(HTML)) for p in (HTML / "docs" / "devices").glob("*.html"))
+    assert "docs/devices/hpu.html" in pages and "docs/installation.html" in pages, pages
+    return pages
+
+
+#: what a users' page must not carry: how we know belongs on the contributors' pages
+TEST_TALK = {
+    "a pytest command or selection": r"\bpytest\b|\s-k\s+[\"']",
+    "a test file": r"\btests/[\w/.-]+",
+    "a commit hash": r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{10,40}\b",
+    "a detail of the emulated device": r"\bemulator\b|\bemuccl\b|torch's backend map",
+}
+
+
+def test_users_pages_carry_no_test_talk(site):
+    import re
+
+    problems = []
+    texts = _page_texts()
+    for rel in _users_pages():
+        for what, pattern in TEST_TALK.items():
+            problems += [f"{rel}: {what}: {m.group(0)!r}" for m in re.finditer(pattern, texts[rel])]
+    assert not problems, "\n".join(problems[:30])
+    # the check can fail: the contributors' evidence page has every one of them
+    evidence = texts["docs/evidence.html"]
+    assert all(re.search(pattern, evidence) for what, pattern in TEST_TALK.items() if what != "a pytest command or selection")
+
+
+def test_shell_blocks_on_users_pages_run_as_written(site):
+    """Every bash block of a users' page parses with ``bash -n`` as copied (a block with placeholders is a
+    ``text`` block, never a bash one)."""
+    problems = []
+    for rel in _users_pages():
+        for lang, code in _code_blocks(rel):
+            if lang not in ("bash", "shell", "sh", "console"):
+                continue
+            proc = subprocess.run(["bash", "-n"], input=code, text=True, capture_output=True, timeout=30)
+            if proc.returncode:
+                problems.append(f"{rel}: {proc.stderr.strip()}\n{code}")
+    assert not problems, "\n\n".join(problems)
+    # the check can fail: what the npu page's install block once was
+    assert subprocess.run(["bash", "-n"], input="pip install torch_npu matching your torch version (Ascend CANN required)\n",
+                          text=True, capture_output=True, timeout=30).returncode != 0
+
+
+# ---- looked at in a real browser: 1400 px and 400 px --------------------------------------------
+
+#: words broken inside themselves (a run of letters laid out on two lines), tables wider than their
+#: box without a scroll container, and sideways scrolling of the page
+LAYOUT_JS = """() => {
+    const problems = [];
+    const width = document.documentElement.clientWidth;
+    if (document.documentElement.scrollWidth > width + 1)
+        problems.push('page scrolls sideways by ' + (document.documentElement.scrollWidth - width) + 'px');
+    const article = document.querySelector('article') || document.body;
+    for (const table of article.querySelectorAll('table')) {
+        let box = table.parentElement, scrolls = false;
+        for (let el = box; el && el !== article.parentElement; el = el.parentElement) {
+            const o = getComputedStyle(el).overflowX;
+            if ((o === 'auto' || o === 'scroll') && el.getBoundingClientRect().width <= width + 1) { scrolls = true; break; }
+        }
+        if (table.getBoundingClientRect().width > box.getBoundingClientRect().width + 1 && !scrolls)
+            problems.push('table wider than its box without a scrollbar: ' + table.textContent.trim().slice(0, 40));
+    }
+    // inline code in running text may break between characters (an identifier is not a word); code blocks wrap
+    const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT, {acceptNode: n =>
+        n.parentElement.closest('pre, script, style, .MathJax, svg, .nboutput') ||
+        (n.parentElement.closest('code') && !n.parentElement.closest('table'))
+            ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
+    const range = document.createRange();
+    for (let node = walker.nextNode(); node && problems.length < 8; node = walker.nextNode()) {
+        for (const m of node.textContent.matchAll(/[\p{L}\p{N}]{2,}/gu)) {
+            range.setStart(node, m.index);
+            range.setEnd(node, m.index + m[0].length);
+            const tops = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+            if (tops.size > 1) { problems.push('word broken mid-word: ' + m[0]); break; }
+        }
+    }
+    return problems;
+}"""
+
+
+def _looked_at_pages() -> list[str]:
+    pages = ["docs/index.html", "docs/support_matrix.html"]
+    pages += sorted(str(p.relative_to(HTML)) for p in (HTML / "docs" / "devices").glob("*.html"))
+    pages += sorted(str(p.relative_to(HTML)) for p in (HTML / "notebooks").glob("*.html"))
+    return pages
+
+
+@pytest.mark.parametrize("width", [1400, 400])
+def test_layout_in_chromium_at_desktop_and_phone_width(site, browser, width, tmp_path):
+    """The landing page, the support grid, every device page and every notebook page, screenshot at the
+    width: no word broken inside itself, no table wider than its box without a scrollbar, no sideways
+    scrolling. The screenshots go to ``$ANYACCEL_SCREENSHOTS`` (else the test's temporary folder)."""
+    shots = Path(os.environ.get("ANYACCEL_SCREENSHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        problems = {}
+        pages = _looked_at_pages()
+        assert len([p for p in pages if p.startswith("notebooks/")]) >= len(NOTEBOOK_PAGES), pages
+        for rel in pages:
+            page.goto(urljoin(site, rel), wait_until="load")
+            page.screenshot(path=str(shots / f"{rel.replace('/', '_').removesuffix('.html')}_{width}.png"),
+                            full_page=True)
+            found = page.evaluate(LAYOUT_JS)
+            if found:
+                problems[rel] = found
+        assert not problems, f"{width}px wide: {problems}"
+        # the check can fail: a table cell that breaks words, squeezed into a narrow box
+        page.goto(urljoin(site, "docs/support_matrix.html"), wait_until="load")
+        page.evaluate("""() => { const t = document.querySelector('table.anyaccel-grid');
+            t.parentElement.style.overflowX = 'visible'; t.style.width = '60px';
+            for (const c of t.querySelectorAll('td, th')) { c.style.overflowWrap = 'anywhere'; c.style.whiteSpace = 'normal'; } }""")
+        assert any("mid-word" in p for p in page.evaluate(LAYOUT_JS))
+    finally:
+        context.close()
+
+
+def test_migration_diffs_highlight_the_added_lines(site, browser):
+    """In a diff the added lines are the change: they get a background, the removed ones do not."""
+    visit = PageVisit(browser, urljoin(site, "docs/migration.html"))
+    try:
+        backgrounds = visit.page.evaluate("""() => ['gi', 'gd'].map(c => {
+            const el = document.querySelector('.highlight-diff .' + c);
+            return el ? getComputedStyle(el).backgroundColor : null; })""")
+        added, removed = backgrounds
+        assert added and added not in ("rgba(0, 0, 0, 0)", "transparent"), backgrounds
+        assert removed in ("rgba(0, 0, 0, 0)", "transparent"), backgrounds
     finally:
         visit.close()
 

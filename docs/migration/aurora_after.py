@@ -3,8 +3,7 @@
 No cluster environment, no ``init_process_group``, no precision plugin and no strategy class of
 your own: under ``mpiexec`` the package reads the launcher's rank variables (AnyMPIEnvironment)
 and joins the process group itself (xccl), with the layout checks and the rendezvous deadline.
-Executed by ``tests/test_migration.py`` on a simulated XPU (Trainers are built, not fitted); the
-same script for real under Open MPI and MPICH: ``tests/scripts/aurora_train.py``.
+The Trainers as you build them for Aurora; launch the script with ``mpiexec`` as before.
 """
 
 import pytorch_lightning as pl

@@ -1,7 +1,7 @@
 """Lightning's built-in ``accelerator="gpu"`` -> ``accelerator="any"``: the same script on every device.
 
 ``"any"`` is the device ``torch.accelerator`` reports (CUDA, XPU, HPU, NPU, ...), else the CPU.
-Executed for real by ``tests/test_migration.py`` (2 processes on CPU).
+Trains for real (2 processes on CPU).
 """
 
 import sys

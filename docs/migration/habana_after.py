@@ -1,6 +1,6 @@
 """lightning-habana -> lightning-anyaccel: the same Trainers on Intel Gaudi (``hpu``).
 
-Executed by ``tests/test_migration.py`` on a simulated Gaudi (Trainers are built, not fitted).
+The Trainers as you build them for Gaudi; the fit, the data and the model stay as they are.
 """
 
 import torch

@@ -1,6 +1,6 @@
 """lightning-teco -> lightning-anyaccel: the same Trainers on Teco SDAA (``sdaa``, torch_sdaa).
 
-Executed by ``tests/test_migration.py`` on a simulated SDAA (Trainers are built, not fitted).
+The Trainers as you build them for SDAA; the fit, the data and the model stay as they are.
 """
 
 import lightning_anyaccel  # noqa: F401  (registers "sdaa", "any_ddp", ...)

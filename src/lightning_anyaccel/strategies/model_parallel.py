@@ -175,7 +175,7 @@ class FabricModelParallelStrategy(FabricAtomicSaveMixin, AnyModelParallelMixin, 
             parallelism (as for Lightning's strategy). ``None`` (default) is
             :func:`fully_shard_data_parallel`, which only makes sense with ``tensor_parallel_size=1``
             (the ``any_fsdp2`` name).
-        *args, **kwargs: the other arguments of Fabric's ``ModelParallelStrategy``
+        *args: the other arguments of Fabric's ``ModelParallelStrategy``
             (``data_parallel_size``, ``tensor_parallel_size``, ``save_distributed_checkpoint``, ...).
 
     Raises:
