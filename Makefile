@@ -165,7 +165,7 @@ UV_COMPILE = $(PYTHON) -m uv pip compile -q --generate-hashes --universal --pyth
 UV_TORCH_COMPILE = $(PYTHON) -m uv pip compile -q --generate-hashes --universal -c $(LOCK) \
 	--custom-compile-command "make lock" $(LOCK_ARGS)
 lock: install
-	$(UV_COMPILE) pyproject.toml requirements/dev.in --extra test --extra docs --extra bench --extra deepspeed --extra workloads --extra programs -o $(LOCK)
+	$(UV_COMPILE) pyproject.toml requirements/dev.in --extra test --extra docs --extra bench --extra deepspeed --extra workloads -o $(LOCK)
 	$(UV_COMPILE) requirements/compat-oldest.in -o requirements/compat-oldest.lock
 	$(PYTHON) requirements/drop_unreachable.py $(LOCK) requirements/compat-oldest.lock
 	@# the torch ends: that torch and what it needs, the packages shared with $(LOCK) at its versions

@@ -103,6 +103,28 @@ def test_validation_status_covers_every_device_type():
             f"{device_type}: status and levels come from the records in docs/records, never from this file"
 
 
+def test_device_pages_facts_cover_every_device_type():
+    """Every device type has its users' facts (docs/device_pages.toml, the device pages' source): the stack
+    versions that work and fail, the vendor's install guide, an install block that bash parses, comparison
+    rows with a known mark, each missing feature with what to do instead, and the launch recipe."""
+    pages = tomllib.loads((ROOT / "docs" / "device_pages.toml").read_text())
+    assert set(DEVICE_TABLE) <= set(pages), f"no device page facts for {sorted(set(DEVICE_TABLE) - set(pages))}"
+    for device_type, facts in pages.items():
+        for key in ("family", "stack_works", "stack_fails", "guide", "install", "rows", "gains", "launch"):
+            assert facts.get(key), f"{device_type}: no {key}"
+        assert facts["guide"][1].startswith("https://"), facts["guide"]
+        proc = subprocess.run(["bash", "-n"], input=facts["install"], text=True, capture_output=True, timeout=30)
+        assert proc.returncode == 0, f"{device_type}: the install block does not parse: {proc.stderr}"
+        assert "<" not in facts["install"], f"{device_type}: a placeholder in the install block"
+        for mark, feature, text in facts["rows"]:
+            assert mark in ("yes", "differs", "no"), (device_type, mark)
+            assert text.strip(), f"{device_type}: {feature}: say what to do"
+    # the vendors' own plugins or recipes are compared where they exist
+    assert {"hpu", "sdaa", "xpu"} <= {t for t, f in pages.items() if f.get("compare")}
+    # AMD only once a ROCm device ran (docs/records)
+    assert "AMD" not in pages["cuda"]["family"]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebooks_are_clean_and_device_generic(path):
     book = json.loads(path.read_text())

@@ -10,7 +10,7 @@ LitGPT's checkpoint (a model built from a config, a tokenizer made from a word l
   overrides and no accelerator: ``Trainer()`` trains DDP on both devices. Written for ``lightning``,
   and the same file with ``pytorch_lightning`` imports, whose config names the package's strategy
   by class path;
-- LitGPT, a widely used Lightning application (``pip install lightning-anyaccel[programs]``),
+- LitGPT, a widely used Lightning application (installed from the lock by ``make install``: requirements/dev.in),
   through its own command line (``litgpt finetune_full ... --devices 2``): it builds Lightning's
   ``FSDPStrategy(...)`` itself, which trains on the device as the package's FSDP;
 - the LightningCLI application again, its 2 ranks started by MPICH's ``mpiexec``, Open MPI's ``mpirun``,
@@ -179,7 +179,7 @@ WORDS = "the a cat dog bird fox sat ran flew hid on under near mat log tree red 
 def _litgpt_checkpoint(root: Path) -> tuple[Path, Path]:
     """A tiny LitGPT checkpoint (config, random weights, a word-level tokenizer) and instruction data, made here."""
     torch = pytest.importorskip("torch")
-    pytest.importorskip("litgpt", reason="the programs extra: pip install lightning-anyaccel[programs]")
+    pytest.importorskip("litgpt", reason="LitGPT is installed by make install (requirements/dev.in)")
     from litgpt import GPT, Config
     from litgpt.utils import save_config
     from tokenizers import Tokenizer, models, pre_tokenizers

@@ -148,13 +148,13 @@ def test_the_torch_ends_are_the_floor_and_the_documented_newest():
         assert f"torch=={version}" in _requirements_file(ROOT / "requirements" / f"{end}.lock"), end
     assert tuple(int(p) for p in TESTED_TORCH["torch-oldest"].split(".")[:2]) == _compat.MIN_TORCH
     ran = tomllib.loads((ROOT / "docs" / "validation.toml").read_text())["torch"]
-    page = (ROOT / "docs" / "installation.md").read_text()
+    page = (ROOT / "docs" / "evidence.md").read_text()  # the contributors' page of what ran where
     readme = (ROOT / "README.md").read_text()
     for version in TESTED_TORCH.values():
         assert any(v.split("+")[0] == version for v in ran), f"docs/validation.toml [torch] must list {version}"
     for version, run in ran.items():
         assert run.get("role") and run.get("refresh"), f"docs/validation.toml [torch.{version!r}]: its role and the command that writes its records"
-        assert version in page, f"docs/installation.md's tested versions must list torch {version}"
+        assert version in page, f"docs/evidence.md's tested versions must list torch {version}"
         assert version.split("+")[0] in readme, f"README.md's status must list torch {version}"
 
 
@@ -167,10 +167,12 @@ def test_the_checker_catches_an_open_range():
 
 def test_the_install_page_and_readme_state_the_tested_versions():
     page = (ROOT / "docs" / "installation.md").read_text()
+    evidence = (ROOT / "docs" / "evidence.md").read_text()  # how each end was tested: the contributors' page
     readme = (ROOT / "README.md").read_text()
     for version in TESTED.values():
-        assert version in page, f"docs/installation.md must say that {version} was tested"
+        assert version in page, f"docs/installation.md must say that {version} is supported"
+        assert version in evidence, f"docs/evidence.md must say that {version} was tested"
         assert version in readme, f"README.md must say that {version} was tested"
-    assert re.search(r"## Tested versions\n\n.*ran on \d{4}-\d{2}-\d{2}", page, re.S), "the tested versions need a date"
+    assert re.search(r"## Tested versions\n\n.*ran on \d{4}-\d{2}-\d{2}", evidence, re.S), "the tested versions need a date"
     assert "GHSA-w37p-236h-pfx3" in page and "2.6.2 and 2.6.3" in page
     assert "after the first release" in readme and "after the first release" in page
