@@ -149,7 +149,9 @@ def device_page(spec: Any, entry: dict[str, Any], facts: dict[str, Any], trainer
     compare = facts.get("compare")
     title = f"Compared with [{compare[0]}]({compare[1]})" if compare else "What works"
     lines += [f"## {title}" if compare else "## What works", "",
-              "✓ works (as there), ⚠ works differently, ✗ missing here, with what to do instead.", "",
+              (f"✓ offered as in {compare[0]}, ⚠ offered differently, ✗ missing here, with what to do instead."
+               if compare else "✓ offered, ⚠ offered with a difference, ✗ missing, with what to do instead.")
+              + " How far each was proven on this device: [below](#how-far-each-feature-was-proven).", "",
               _row(["feature", "here"]), _row(["---", "---"])]
     lines += [_row([f"{COMPARE_MARKS[mark]} {feature}", text]) for mark, feature, text in facts.get("rows", [])]
     lines += ["", "## What the package does for you", ""]
