@@ -10,7 +10,12 @@ at 1280 px and at 390 px nothing in the main column is wider than the column and
 cut off. Static checks of the built pages: every ``--option`` of the sources reaches the HTML as
 typed (no typographic dash), no ``<placeholder>`` in a command, the front page links every device
 type's status page, the users' benchmark page is short, and the troubleshooting page names every
-error class of the package.
+error class of the package. The users' pages (the users' guide, the device pages, the notebooks)
+carry no pytest command, test file, commit hash or detail of the emulated device, and their bash
+blocks parse with ``bash -n``; the landing page, the support grid, every device page and every
+notebook page are screenshot at 1400 px and 400 px (into ``$ANYACCEL_SCREENSHOTS`` when set) and
+show no word broken inside itself, no table wider than its box without a scrollbar and no sideways
+page scroll; migration diffs highlight the added lines.
 
 The build reuses the notebooks that ``tests/test_lab.py`` executed just before (see
 ``docs/_ext/notebook_cache.py``): when their executed copies are fresh, the build must not

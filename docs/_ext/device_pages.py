@@ -75,8 +75,8 @@ def _processes(record: dict[str, Any], value: str) -> int | None:
 def feature_mark(spec: Any, entry: dict[str, Any], feature: str) -> str:
     """The strongest level at which ``feature`` passed on the device type: one mark.
 
-    ``H``/``E``/``S`` (hardware, emulated, simulated), followed for the multi-process features by the
-    number of processes that trained (``H (1)``); ``✗`` where the device can not do it (no collective
+    ``H``/``E``/``S`` (hardware, emulated, simulated); a multi-process feature that trained with a single
+    process says so (``H (1)``: a machine with one device); ``✗`` where the device can not do it (no collective
     backend); ``–`` where nothing ran.
     """
     if feature in MULTI_PROCESS and not spec.backend:
@@ -86,7 +86,7 @@ def feature_mark(spec: Any, entry: dict[str, Any], feature: str) -> str:
             value = str(record.get("features", {}).get(feature, ""))
             if value.startswith("passed"):
                 count = _processes(record, value) if feature in MULTI_PROCESS else None
-                return f"{mark} ({count})" if count else mark
+                return f"{mark} ({count})" if count and count != 2 else mark  # 2: the legend's default
     return "–"
 
 
@@ -152,8 +152,10 @@ def device_page(spec: Any, entry: dict[str, Any], facts: dict[str, Any], trainer
               (f"✓ offered as in {compare[0]}, ⚠ offered differently, ✗ missing here, with what to do instead."
                if compare else "✓ offered, ⚠ offered with a difference, ✗ missing, with what to do instead.")
               + " How far each was proven on this device: [below](#how-far-each-feature-was-proven).", "",
-              _row(["feature", "here"]), _row(["---", "---"])]
-    lines += [_row([f"{COMPARE_MARKS[mark]} {feature}", text]) for mark, feature, text in facts.get("rows", [])]
+              "```{list-table}", ":header-rows: 1", ":class: anyaccel-compare", "", "* - feature", "  - here"]
+    for mark, feature, text in facts.get("rows", []):
+        lines += [f"* - {COMPARE_MARKS[mark]} {feature}", f"  - {text}"]
+    lines += ["```"]
     lines += ["", "## What the package does for you", ""]
     lines += [f"- {gain};" for gain in facts.get("gains", [])]
     if fixes:
@@ -163,7 +165,8 @@ def device_page(spec: Any, entry: dict[str, Any], facts: dict[str, Any], trainer
     lines += ["", f"## Launching on {family} clusters", "", facts.get("launch", "").strip(), "",
               "## How far each feature was proven", "",
               "**H** ran on hardware, **E** on an emulated device, **S** simulated only "
-              "([what each level shows](../evidence.md)); (2): trained with 2 processes; "
+              "([what each level shows](../evidence.md)); DDP, FSDP, FSDP2 and DeepSpeed trained with 2 processes "
+              "unless a number says otherwise, (1): one; "
               "✗ not supported; – not tested.", "", *_grid_lines(spec, entry), "",
               "Every device at once: the [support grid](../support_matrix.md). Have this device? "
               "[Validate it](../validate_hardware.md).", ""]
