@@ -295,9 +295,31 @@ def test_notebook_writes_what_it_imports(name):
             assert any(t == f"{module}.py" or t.endswith(f"/{module}.py") for t in written), \
                 f"{name} imports {module} without writing {module}.py"
     assert "from tutorial" not in code and "../" not in code, f"{name} reads files of the repository"
+    copied = set(re.findall(r'copy_script\("([\w.]+)"\)', code))  # from lightning_anyaccel.tutorial
+    for script in copied:
+        assert (ROOT / "src" / "lightning_anyaccel" / "tutorial" / script).is_file(), script
     for script in re.findall(r'"([\w/]+\.(?:py|sh))"', code):
-        assert script in written or any(t.endswith(f"/{script}") for t in written), \
-            f"{name} launches {script} without writing it"
+        assert script in written | copied or any(t.endswith(f"/{script}") for t in written), \
+            f"{name} launches {script} without writing or copying it"
+
+
+#: a code cell this long that two notebooks share is a helper to write once (lightning_anyaccel.tutorial)
+SHARED_CELL_LINES = 10
+
+
+def test_no_notebook_repeats_another_notebooks_code():
+    """No code cell of SHARED_CELL_LINES lines or more stands in two notebooks; the install cell, which
+    every notebook needs first to run where it is downloaded, is the one exception."""
+    seen: dict[str, str] = {}
+    repeated = []
+    for name in NAMES:
+        for text in _cells(name, "code")[1:]:
+            if len(text.strip().splitlines()) < SHARED_CELL_LINES:
+                continue
+            if text.strip() in seen and seen[text.strip()] != name:
+                repeated.append(f"{name} and {seen[text.strip()]}: {text.splitlines()[0]}")
+            seen.setdefault(text.strip(), name)
+    assert not repeated, repeated
 
 
 def test_notebooks_write_the_same_files_alike():

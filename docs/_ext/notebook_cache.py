@@ -52,6 +52,10 @@ def problems(executed: dict[str, Any]) -> list[str]:
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
                 found.append(f"cell {index}: {output.get('ename')}: {output.get('evalue')}")
+            elif output.get("output_type") == "stream" and output.get("name") == "stderr":
+                # a warning box on the page: fix its cause, or explain it in the text
+                text = "".join(output.get("text", ""))
+                found.append(f"cell {index} wrote to stderr: {text.strip()[:300]}")
     return found
 
 

@@ -1,0 +1,63 @@
+"""lightning_anyaccel.tutorial: what the notebooks import instead of writing it again."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from lightning_anyaccel import tutorial
+from lightning_anyaccel.tutorial import digits
+
+
+def test_html_table_escapes_what_it_shows():
+    html = tutorial.html_table([("<b>", 1)], ["name", "count"]).data
+    assert "<td>&lt;b&gt;</td><td>1</td>" in html and html.startswith('<table class="anyaccel-table">')
+
+
+def test_show_source_shows_the_code_that_runs():
+    shown = tutorial.show_source(digits.DigitsCNN)
+    assert "class DigitsCNN(L.LightningModule):" in shown.data
+    assert "def configure_optimizers" in shown.data
+
+
+def test_copy_script_copies_the_packaged_script(tmp_path):
+    copied = tutorial.copy_script("train_digits.py", tmp_path)
+    assert copied.read_text() == (tutorial.HERE / "train_digits.py").read_text()
+    with pytest.raises(FileNotFoundError):
+        tutorial.copy_script("no_such_script.py", tmp_path)
+
+
+def test_the_training_script_takes_both_spellings_of_num_nodes(tmp_path):
+    """The launch scripts pass --num_nodes (the Aurora example's spelling); the tutorial spells --num-nodes."""
+    script = tutorial.copy_script("train_digits.py", tmp_path)
+    out = tutorial.run_script([sys.executable, str(script), "--help"], timeout=120)
+    assert "--num-nodes NUM_NODES, --num_nodes NUM_NODES" in out
+
+
+def test_run_script_raises_with_the_output_of_a_failed_or_endless_command():
+    with pytest.raises(RuntimeError, match="exited with 3:\nbroken"):
+        tutorial.run_script([sys.executable, "-c", "print('broken'); raise SystemExit(3)"], timeout=60)
+    with pytest.raises(RuntimeError, match="did not finish in 1 s"):
+        tutorial.run_script([sys.executable, "-c", "import time; time.sleep(60)"], timeout=1)
+
+
+def test_run_together_kills_every_job_when_one_fails(tmp_path):
+    jobs = {"ok": ([sys.executable, "-c", "import time; time.sleep(60)"], {}),
+            "bad": ([sys.executable, "-c", "raise SystemExit(2)"], {})}
+    with pytest.raises(RuntimeError, match="ok: timed out; bad: exit code 2"):
+        tutorial.run_together(jobs, timeout=2, log_dir=tmp_path)
+
+
+def test_digits_splits_are_stratified_and_fixed():
+    train, val, test = digits.digits_splits()
+    assert [len(s) for s in (train, val, test)] == [1257, 270, 270]
+    again = digits.digits_splits()[2]
+    assert (again.tensors[1] == test.tensors[1]).all()
+
+
+def test_importing_the_package_does_not_import_the_tutorial():
+    code = "import sys, lightning_anyaccel; print('lightning_anyaccel.tutorial' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
