@@ -70,7 +70,7 @@ class StrategyHooks(LightningHooks):
         """Run the backward pass of a loss."""
         ...
 
-    def batch_to_device(self, batch: Any, device: Any = None, *args: Any) -> Any:
+    def batch_to_device(self, batch: Any, device: Any = None, *args: Any, **kwargs: Any) -> Any:
         """Move a batch to the device (every batch of the Trainer's loops and of Fabric's dataloaders)."""
         ...
 

@@ -165,23 +165,49 @@ def _native(pid: int) -> str:
 
 
 def _kill_tree(pid: int) -> None:
+    """``SIGKILL`` ``pid`` and its descendants, except this process (it ends itself last)."""
     import psutil
 
     try:
         process = psutil.Process(pid)
-        family = [*process.children(recursive=True), process] if pid != os.getpid() else process.children(True)
+        family = [*process.children(recursive=True), process]
     except psutil.Error:
         return
     for member in family:
+        if member.pid == os.getpid():
+            continue
         try:
             member.kill()
         except psutil.Error:
             pass
 
 
+def _first_reporter(directory: Path) -> bool:
+    """Whether this rank reports (no other live rank of this host is reporting already: it will end this one)."""
+    claim = directory / "reporting"
+    for _ in range(2):
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                holder = int(claim.read_text() or 0)
+            except (OSError, ValueError):
+                holder = 0
+            if holder and supervision._proc_state(holder) not in (None, "Z"):
+                return False
+            claim.unlink(missing_ok=True)  # left by an earlier job on the same address
+            continue
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return True
+    return False
+
+
 def _report(rank: int, directory: Path, bound: float) -> None:
     """Dump, name and end (from the watchdog thread)."""
     out = sys.stderr
+    if not _first_reporter(directory):
+        time.sleep(3 * PEER_DUMP_WAIT_S + 30)  # the reporting rank dumps this one's stack and ends it
     own = directory / f"rank{rank}.stack"
     with own.open("w") as handle:
         faulthandler.dump_traceback(handle, all_threads=True)
@@ -212,9 +238,9 @@ def _report(rank: int, directory: Path, bound: float) -> None:
             out.write(f"--- rank {r} native stack (py-spy) ---\n{native}")
     out.write(f"[lightning_anyaccel] rank {rank}: ending the job (the ranks above and their child processes).\n")
     out.flush()
+    _kill_tree(os.getpid())
     for pid in peers.values():
         _kill_tree(pid)
-    _kill_tree(os.getpid())
     os._exit(EXIT_CODE)
 
 

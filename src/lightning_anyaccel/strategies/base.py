@@ -121,10 +121,10 @@ class AnyStrategyMixin(_Base):
         return super().backward(*args, **kwargs)
 
     @override
-    def batch_to_device(self, batch: Any, device: Any = None, *args: Any) -> Any:
+    def batch_to_device(self, batch: Any, device: Any = None, *args: Any, **kwargs: Any) -> Any:
         """Lightning's move of a batch (every batch of every loop), counted as progress for the stall watchdog."""
         watchdog.progress()
-        return super().batch_to_device(batch, device, *args)
+        return super().batch_to_device(batch, device, *args, **kwargs)
 
     @property
     def device_type(self) -> str:
