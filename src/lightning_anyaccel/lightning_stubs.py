@@ -74,6 +74,10 @@ class StrategyHooks(LightningHooks):
         """Move a batch to the device (every batch of the Trainer's loops and of Fabric's dataloaders)."""
         ...
 
+    def process_dataloader(self, dataloader: Any) -> Any:
+        """Adapt a dataloader before it is used (every dataloader of the Trainer's loops and of Fabric's setup)."""
+        ...
+
     def teardown(self) -> None:
         """Release what the run held (the Trainer calls it at the end of ``fit``/``validate``/``test``)."""
         ...
