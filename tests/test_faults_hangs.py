@@ -105,7 +105,7 @@ LAUNCHERS = {
 
 
 def kill_launcher_while_training(tmp_path: Path, cell: str, launcher: str, command: list[str],
-                                 env: dict[str, str] | None = None) -> Outcome:
+                                 env: dict[str, str] | None = None, strategy: str = "ddp") -> Outcome:
     """Start the job (2 ranks, a DataLoader worker each, training until killed), SIGKILL the launcher once
     both ranks trained, and measure until no process of the job is left."""
     out = tmp_path / cell
@@ -113,7 +113,7 @@ def kill_launcher_while_training(tmp_path: Path, cell: str, launcher: str, comma
     job_env = {MARKER: marker, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), **(env or {})}
     with Job(env=job_env) as job:
         proc = job.spawn([*command, "--out", str(out), "--max-steps", "0", "--num-workers", "1", "--timeout",
-                          str(TIMEOUT_S)], tmp_path / f"{cell}.log")
+                          str(TIMEOUT_S), "--strategy", strategy], tmp_path / f"{cell}.log")
         end = time.monotonic() + STARTUP_S + 60
         while time.monotonic() < end and len(list(out.glob("rank*.json"))) < 2 and proc.poll() is None:
             time.sleep(0.2)
@@ -130,25 +130,30 @@ def kill_launcher_while_training(tmp_path: Path, cell: str, launcher: str, comma
     expected = 4 if launcher == "popen" else 5  # the package's launcher is rank 0 itself
     assert len(before) >= expected, f"expected the launcher, 2 ranks and their workers: {before}"
     outcome = Outcome([-9], log, seconds, sorted(left.values()))
-    write_record(f"launcher-killed-{cell}", f"{launcher} SIGKILLed", "ddp", "trainer", launcher, 1, outcome,
+    write_record(f"launcher-killed-{cell}", f"{launcher} SIGKILLed", strategy, "trainer", launcher, 1, outcome,
                  "every rank and DataLoader worker ends", bound_s=LAUNCHER_BOUND_S)
     assert not left, f"outlived the launcher: {left}\n{log[-3000:]}"
     assert seconds <= LAUNCHER_BOUND_S, f"{seconds:.1f} s"
     return outcome
 
 
-@pytest.mark.parametrize("launcher", [
-    "torchrun",
-    pytest.param("mpirun", id="mpirun"),
-    pytest.param("popen", marks=full),
-    pytest.param("mpiexec", marks=full),
+@pytest.mark.parametrize(("launcher", "strategy"), [
+    pytest.param("torchrun", "ddp", id="torchrun"),
+    pytest.param("mpirun", "ddp", id="mpirun"),
+    pytest.param("popen", "ddp", id="popen", marks=full),
+    pytest.param("mpiexec", "ddp", id="mpiexec", marks=full),
+    # the seed users' case: DeepSpeed ZeRO-2 under Open MPI's mpirun, a DataLoader worker per rank
+    pytest.param("mpirun", "deepspeed", id="mpirun-deepspeed", marks=full),
 ])
-def test_killed_launcher_leaves_no_rank_and_no_worker(tmp_path: Path, launcher: str) -> None:
+def test_killed_launcher_leaves_no_rank_and_no_worker(tmp_path: Path, launcher: str, strategy: str) -> None:
     """SIGKILL the launcher mid-training: every rank and every DataLoader worker is gone within the bound."""
     if launcher == "mpirun" and (reason := missing("/usr/bin/mpirun")):
         pytest.skip(reason)
+    if strategy == "deepspeed":
+        pytest.importorskip("deepspeed")
     env = {**OMPI_ENV} if launcher == "mpirun" else None
-    kill_launcher_while_training(tmp_path, launcher, launcher, LAUNCHERS[launcher](), env=env)
+    cell = launcher if strategy == "ddp" else f"{launcher}-{strategy}"
+    kill_launcher_while_training(tmp_path, cell, launcher, LAUNCHERS[launcher](), env=env, strategy=strategy)
 
 
 @full

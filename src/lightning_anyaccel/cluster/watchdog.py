@@ -9,8 +9,8 @@ collective they run. When the counter has not moved for :func:`stall_timeout` se
 1. writes every thread's Python stack of this rank (``faulthandler``) to
    ``<dir>/rank<N>.stack`` and to stderr, and a native stack (``py-spy dump --native``) where
    ``py-spy`` is installed;
-2. asks the other ranks of this host to dump theirs (``SIGUSR1``, a ``faulthandler`` handler in
-   C that works while their main thread is stuck in C) and reads them back;
+2. asks the other ranks of this host to dump theirs (:data:`DUMP_SIGNAL`, a ``faulthandler``
+   handler in C that works while their main thread is stuck in C) and reads them back;
 3. prints one line per rank saying where it was (:func:`where`: ``in a DataLoader worker's
    start``, ``in all_reduce``, ``waiting for rank 1``, or the innermost frame outside
    torch/Lightning, ``file:line``);
@@ -60,6 +60,10 @@ DEFAULT_STALL_TIMEOUT_S = 1800.0
 EXIT_CODE = 4
 #: Seconds the stalled rank waits for the other ranks' stacks.
 PEER_DUMP_WAIT_S = 2.0
+
+#: The signal that makes a rank write its stacks: a real-time one, so that ``SIGUSR1`` stays free for
+#: preemption warnings (SLURM's ``--signal=USR1``, :class:`~lightning_anyaccel.checkpoints.preemption.PreemptionCheckpoint`).
+DUMP_SIGNAL: int = int(getattr(signal, "SIGRTMIN", 0)) + 7 if hasattr(signal, "SIGRTMIN") else 0
 
 _counter = [0]
 _armed = threading.Event()
@@ -214,7 +218,8 @@ def _report(rank: int, directory: Path, bound: float) -> None:
     peers = _peers(directory)
     for pid in peers.values():
         try:
-            os.kill(pid, signal.SIGUSR1)
+            if DUMP_SIGNAL:
+                os.kill(pid, DUMP_SIGNAL)
         except OSError:
             pass
     time.sleep(PEER_DUMP_WAIT_S if peers else 0)
@@ -277,8 +282,8 @@ def start(rank: int, job: str, given: float | None = None) -> threading.Thread |
         directory = stall_dir(job)
         (directory / f"rank{rank}.pid").write_text(str(os.getpid()))
         _stack_file = (directory / f"rank{rank}.stack").open("w")
-        if hasattr(signal, "SIGUSR1"):
-            faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
+        if DUMP_SIGNAL:
+            faulthandler.register(DUMP_SIGNAL, file=_stack_file, all_threads=True, chain=True)
         period = min(5.0, max(0.2, bound / 10))
         _thread = threading.Thread(target=_watch, args=(rank, directory, bound, period), name="anyaccel-watchdog",
                                    daemon=True)
@@ -286,5 +291,5 @@ def start(rank: int, job: str, given: float | None = None) -> threading.Thread |
         return _thread
 
 
-__all__ = ["DEFAULT_STALL_TIMEOUT_S", "EXIT_CODE", "disarm", "STALL_DIR_ENV", "STALL_TIMEOUT_ENV", "main_thread_stack",
+__all__ = ["DEFAULT_STALL_TIMEOUT_S", "DUMP_SIGNAL", "EXIT_CODE", "disarm", "STALL_DIR_ENV", "STALL_TIMEOUT_ENV", "main_thread_stack",
            "progress", "stall_dir", "stall_timeout", "start", "where"]
