@@ -283,7 +283,7 @@ def start(rank: int, job: str, given: float | None = None) -> threading.Thread |
         (directory / f"rank{rank}.pid").write_text(str(os.getpid()))
         _stack_file = (directory / f"rank{rank}.stack").open("w")
         if DUMP_SIGNAL:
-            faulthandler.register(DUMP_SIGNAL, file=_stack_file, all_threads=True, chain=True)
+            faulthandler.register(DUMP_SIGNAL, file=_stack_file, all_threads=True)
         period = min(5.0, max(0.2, bound / 10))
         _thread = threading.Thread(target=_watch, args=(rank, directory, bound, period), name="anyaccel-watchdog",
                                    daemon=True)
