@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import cProfile
 import pstats
+import timeit
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,32 @@ def _fit(accelerator: Any, strategy: Any, w: Workload, warmup: int, measure: int
     else:
         numbers = (timer.steps_per_s, timer.cpu_steps_per_s)
     return numbers, f"{type(trainer.accelerator).__name__}/{type(trainer.strategy).__name__}"
+
+
+def watchdog_cost(plugin_steps_per_s: float, calls_per_step: float) -> dict[str, float]:
+    """The stall watchdog's per-step cost: its counter's calls per step times the time of one call, as a share of a step.
+
+    The watchdog's thread wakes every few seconds and costs nothing per step; what a step pays is
+    :func:`~lightning_anyaccel.cluster.watchdog.progress` (one integer increment) at each batch, backward
+    and collective.
+    """
+    from lightning_anyaccel.cluster import watchdog
+
+    number = 200_000
+    seconds = min(timeit.repeat(watchdog.progress, number=number, repeat=5)) / number
+    share = calls_per_step * seconds * plugin_steps_per_s
+    return {"progress_calls_per_step": calls_per_step, "ns_per_call": seconds * 1e9, "share_of_step": share,
+            "ratio_plugin_without/with": 1 / (1 - share)}
+
+
+def _progress_calls(w: Workload, seed: int) -> float:
+    """How many times the watchdog's counter moves per step of the plugin variant (one short fit)."""
+    from lightning_anyaccel import AnyAccelerator
+    from lightning_anyaccel.cluster import watchdog
+
+    before = watchdog._counter[0]
+    _fit(AnyAccelerator("cpu"), "any_single", w, 0, 20, seed)
+    return (watchdog._counter[0] - before) / 20
 
 
 def run(device_type: str, *, reps: int = 20, warmup: int = 10, measure: int = 150,
@@ -103,6 +130,7 @@ def run(device_type: str, *, reps: int = 20, warmup: int = 10, measure: int = 15
     for other in ("builtin", "plain"):
         if other in samples:
             result["ratios"][f"plugin/{other}"]["calls_per_step"] = calls["plugin"] / calls[other]
+    result["watchdog"] = watchdog_cost(result["steps_per_s"]["plugin"]["median"], _progress_calls(workload, 0))
     if "builtin" in samples:
         result["goal_met"] = result["ratios"]["plugin/builtin"]["per_round"]["median"] >= GOAL
     else:

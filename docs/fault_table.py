@@ -6,7 +6,7 @@ launcher, nodes, exit status, seconds from the fault to the end of the job, proc
 ``fault-matrix`` markers with a table of those records and the table of which test covers which
 cell. Run from the repository root after the tests::
 
-    python -m pytest tests/test_faults.py          # ~3-4 min on 2 cores; ANYACCEL_FAULT_MATRIX_FULL=1 for all cells
+    python -m pytest tests/test_faults.py tests/test_faults_hangs.py   # ~5 min on 2 cores; ANYACCEL_FAULT_MATRIX_FULL=1 for all cells
     python docs/fault_table.py
 """
 
@@ -47,7 +47,14 @@ COVERAGE: list[tuple[str, str, str, str]] = [
     ("full disk / write error during a save", "every strategy (one code path)", "in-process", "test_checkpoint_faults.py"),
     ("truncated / foreign checkpoint at load", "single file, sharded directory", "in-process", "test_checkpoint_faults.py"),
     ("SIGSTOP rank (frozen)", "DDP, Trainer", "torchrun, 1 node", "test_faults.py::test_frozen_rank_ends_the_job_and_is_killed[trainer-ddp-torchrun] (full)"),
-    ("any fault", "any strategy", "SLURM, MPI", "not run: the launcher ends its workers (see 'Externally launched jobs' above)"),
+    ("rank sleeps in training_step (hang outside collectives)", "DDP, Trainer", "popen, 1 node", "test_faults_hangs.py::test_a_hang_outside_collectives_prints_every_stack_and_ends_the_job[sleep-trainer]"),
+    ("rank sleeps in training_step (hang outside collectives)", "DDP, Fabric", "popen, 1 node", "same test, [sleep-fabric] (full)"),
+    ("DataLoader worker never finishes its start", "DDP, Trainer", "torchrun, 1 node", "test_faults_hangs.py::test_a_hang_outside_collectives_prints_every_stack_and_ends_the_job[loader-trainer-torchrun]"),
+    ("DataLoader worker never finishes its start", "DDP, Trainer", "popen, 1 node", "same test, [loader-trainer-popen] (full)"),
+    ("launcher SIGKILLed (ranks with DataLoader workers)", "DDP, Trainer", "torchrun, Open MPI mpirun", "test_faults_hangs.py::test_killed_launcher_leaves_no_rank_and_no_worker[torchrun], [mpirun]"),
+    ("launcher SIGKILLed (ranks with DataLoader workers)", "DDP, Trainer", "the package's popen, MPICH mpiexec, srun", "same test, [popen], [mpiexec] (full); test_faults_hangs.py::test_killed_srun_leaves_no_rank_and_no_worker (full)"),
+    ("launcher forks its ranks from a helper thread that exits (healthy)", "DDP, Trainer", "env vars, 1 node", "test_faults_hangs.py::test_a_launcher_that_forks_from_a_helper_thread_keeps_its_ranks"),
+    ("forked child deadlocked in its start (CPython gh-112275)", "-", "os.fork stress", "test_fork_deadlock.py"),
 ]
 
 

@@ -66,6 +66,22 @@ class StrategyHooks(LightningHooks):
         """Synchronise all processes."""
         ...
 
+    def backward(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the backward pass of a loss."""
+        ...
+
+    def batch_to_device(self, batch: Any, device: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """Move a batch to the device (every batch of the Trainer's loops and of Fabric's dataloaders)."""
+        ...
+
+    def process_dataloader(self, dataloader: Any) -> Any:
+        """Adapt a dataloader before it is used (every dataloader of the Trainer's loops and of Fabric's setup)."""
+        ...
+
+    def teardown(self) -> None:
+        """Release what the run held (the Trainer calls it at the end of ``fit``/``validate``/``test``)."""
+        ...
+
 
 class TrainerStrategyHooks(StrategyHooks):
     """Hooks of the Trainer's ``Strategy`` only (the shared mixins override them; Fabric never calls them)."""

@@ -5,7 +5,11 @@ FSDP2 or DeepSpeed strategy through the Trainer or Fabric, and writes ``<out>/ra
 (rank, per-step losses, how it ended). Faults (``--fault``, by ``--fault-rank`` at step
 ``--fault-step``): ``kill`` (SIGKILL itself), ``stop`` (SIGSTOP itself), ``raise`` (an error in
 ``training_step``), ``absent`` (stops before joining the process group: a rank that never
-arrives), ``term`` (SIGTERM to the whole job, what a scheduler does). ``--hang-save-at STEP``
+arrives), ``term`` (SIGTERM to the whole job, what a scheduler does), ``sleep`` (sleeps forever in
+``training_step``: a hang outside any collective), ``loader`` (the rank's DataLoader worker never
+finishes its start; with ``--num-workers 1``). ``--stall-timeout S`` sets the strategies' stall
+watchdog; ``--num-workers N`` gives the training DataLoader N worker processes; ``--max-steps 0``
+trains until killed (the launcher-killed cells). ``--hang-save-at STEP``
 with ``--hang-after-files N`` stops the sharded save of step STEP after N files were written and
 waits to be killed (``N=-1``: after all files, right before the new checkpoint takes the old one's
 place); a single-file save (DDP) stops after writing half of the file. ``--io direct`` (DDP): a
@@ -66,6 +70,31 @@ def inject(args: argparse.Namespace, rank: int, step: int) -> None:
         os.killpg(0, signal.SIGTERM)  # the scheduler signals every process of the job
 
 
+def sleep_forever() -> None:
+    """A hang outside any collective (a rank stuck in user code)."""
+    while True:
+        time.sleep(1)
+
+
+def start_worker(args: argparse.Namespace, rank: int) -> Any:
+    """The DataLoader's ``worker_init_fn``: with ``--fault loader``, the fault rank's worker never finishes its start."""
+    def init(worker_id: int) -> None:
+        if args.fault == "loader" and rank == args.fault_rank:
+            mark_fault(args, rank, "its DataLoader worker hangs in its start")
+            sleep_forever()
+    return init
+
+
+def train_loader(args: argparse.Namespace) -> Any:
+    """The training data: the demo loader, with ``--num-workers`` worker processes."""
+    from torch.utils.data import DataLoader
+
+    if not args.num_workers:
+        return demo_loader()
+    return DataLoader(demo_data(), batch_size=32, num_workers=args.num_workers, persistent_workers=True,
+                      worker_init_fn=start_worker(args, rank_of_process()))
+
+
 class Record:
     """Collects losses and writes ``rank<N>.json``."""
 
@@ -97,7 +126,19 @@ class FaultModel(DemoModel):
     """The demo model with SGD momentum: an optimizer with state, so checkpoints must carry it.
 
     (Plain SGD has no state, and Lightning 2.6's FSDP sharded checkpoint of it does not load back.)
+    ``fault``: ``(rank, step)`` at which ``training_step`` sleeps forever (``--fault sleep``).
     """
+
+    fault: tuple[int, int] | None = None
+    out: Path | None = None
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        if self.fault == (self.global_rank, self.global_step) and self.out is not None:
+            (self.out / f"fault.{self.global_rank}").write_text(str(time.time()))
+            sys.stderr.write(f"[fault_train] rank {self.global_rank}: sleeping in training_step\n")
+            sys.stderr.flush()
+            sleep_forever()
+        return super().training_step(batch, batch_idx)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
@@ -137,18 +178,19 @@ def trainer_strategy(args: argparse.Namespace) -> Any:
     from lightning_anyaccel.strategies import AnyDeepSpeedStrategy, AnyFSDPStrategy, AnyModelParallelStrategy
 
     timeout = timedelta(seconds=args.timeout)
+    stall = {"stall_timeout": args.stall_timeout} if args.stall_timeout is not None else {}
     if args.strategy == "ddp":
         io = DirectCheckpointIO() if args.io == "direct" else None
-        return AnyDDPStrategy(timeout=timeout, start_method=args.start_method, checkpoint_io=io)
+        return AnyDDPStrategy(timeout=timeout, start_method=args.start_method, checkpoint_io=io, **stall)
     if args.strategy == "fsdp":
-        return AnyFSDPStrategy(timeout=timeout, state_dict_type="sharded")
+        return AnyFSDPStrategy(timeout=timeout, state_dict_type="sharded", **stall)
     if args.strategy == "fsdp_full":
-        return AnyFSDPStrategy(timeout=timeout, state_dict_type="full")
+        return AnyFSDPStrategy(timeout=timeout, state_dict_type="full", **stall)
     if args.strategy == "fsdp2":
-        return AnyModelParallelStrategy(tensor_parallel_size=1, timeout=timeout)
+        return AnyModelParallelStrategy(tensor_parallel_size=1, timeout=timeout, **stall)
     if args.strategy == "deepspeed":
         without_deepspeed_shm()
-        return AnyDeepSpeedStrategy(stage=2, timeout=timeout)
+        return AnyDeepSpeedStrategy(stage=2, timeout=timeout, **stall)
     raise ValueError(args.strategy)
 
 
@@ -161,12 +203,14 @@ def run_trainer(args: argparse.Namespace, out: Path) -> None:
         callbacks.append(PreemptionCheckpoint(args.ckpt_dir))
     trainer = L.Trainer(
         accelerator="any", strategy=trainer_strategy(args), devices=args.devices, num_nodes=args.num_nodes,
-        max_steps=args.max_steps, logger=False, enable_checkpointing=bool(args.ckpt_dir),
+        max_steps=args.max_steps or -1, max_epochs=None if args.max_steps else 10**6, logger=False, enable_checkpointing=bool(args.ckpt_dir),
         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
         default_root_dir=str(out),
     )
     model = FSDP2Model() if args.strategy == "fsdp2" else FaultModel()
-    trainer.fit(model, demo_loader(), ckpt_path=args.resume)
+    if args.fault == "sleep":
+        model.fault, model.out = (args.fault_rank, args.fault_step), out
+    trainer.fit(model, train_loader(args), ckpt_path=args.resume)
     if trainer.global_rank == 0:
         (out / "done").write_text(str(trainer.global_step))
 
@@ -175,8 +219,9 @@ def run_fabric(args: argparse.Namespace, out: Path) -> None:
     from lightning_anyaccel.fabric import AnyDDPStrategy, AnyFSDPStrategy
 
     timeout = timedelta(seconds=args.timeout)
-    strategy = {"ddp": lambda: AnyDDPStrategy(timeout=timeout, start_method=args.start_method),
-                "fsdp": lambda: AnyFSDPStrategy(timeout=timeout, state_dict_type="sharded")}[args.strategy]()
+    stall = {"stall_timeout": args.stall_timeout} if args.stall_timeout is not None else {}
+    strategy = {"ddp": lambda: AnyDDPStrategy(timeout=timeout, start_method=args.start_method, **stall),
+                "fsdp": lambda: AnyFSDPStrategy(timeout=timeout, state_dict_type="sharded", **stall)}[args.strategy]()
     fabric = L.Fabric(accelerator="any", strategy=strategy, devices=args.devices, num_nodes=args.num_nodes)
     if args.start_method == "popen":
         fabric.launch()
@@ -192,10 +237,15 @@ def fabric_loop(fabric: L.Fabric, args: argparse.Namespace, out: Path) -> None:
     model = DemoModel().net
     model = fabric.setup_module(model)
     optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.05))
-    loader = fabric.setup_dataloaders(DataLoader(demo_data(), batch_size=32))
+    loader = fabric.setup_dataloaders(DataLoader(demo_data(), batch_size=32, num_workers=args.num_workers,
+                                                 worker_init_fn=start_worker(args, fabric.global_rank)))
     record = Record(out)
-    for step, (x, y) in zip(range(args.max_steps), loader):
+    batches = loader if args.max_steps else (batch for _ in range(10**6) for batch in loader)  # 0: until killed
+    for step, (x, y) in zip(range(args.max_steps or 10**9), batches):
         inject(args, fabric.global_rank, step)
+        if args.fault == "sleep" and (fabric.global_rank, step) == (args.fault_rank, args.fault_step):
+            mark_fault(args, fabric.global_rank, "sleeping in the training step")
+            sleep_forever()
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         fabric.backward(loss)
@@ -305,7 +355,10 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=10)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--fault", choices=("none", "kill", "stop", "raise", "absent", "term"), default="none")
+    parser.add_argument("--fault", choices=("none", "kill", "stop", "raise", "absent", "term", "sleep", "loader"),
+                        default="none")
+    parser.add_argument("--stall-timeout", type=float, default=None)
+    parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--fault-rank", type=int, default=1)
     parser.add_argument("--fault-step", type=int, default=2)
     parser.add_argument("--ckpt-dir", default=None)

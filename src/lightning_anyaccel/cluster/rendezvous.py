@@ -120,6 +120,7 @@ class Deadline:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._done.set()
+        self._thread.join(5.0)  # gone before the caller goes on to fork (CPython gh-112275: a thread ending during a fork)
 
 
 __all__ = ["DEFAULT_TIMEOUT", "RENDEZVOUS_GRACE_S", "TIMEOUT_ENV", "Deadline", "check_layout", "default_timeout"]

@@ -14,13 +14,14 @@ until someone kills it by hand. Three mechanisms, all started by the strategies:
   stopped ones at once; running ones after :data:`EXIT_GRACE_S` when the launching process
   exits with an error, and after :data:`FINISH_GRACE_S` when it finished normally (a slower rank
   is still writing its results then; nothing is printed unless it has to be killed).
-- :func:`supervise_worker` runs in every worker. On Linux it asks the kernel to ``SIGKILL`` the
-  worker when its launching process ends (``prctl(PR_SET_PDEATHSIG)``: delivered even to a
-  stopped process); elsewhere a thread polls the parent
-  (:func:`watch_parent`). At exit, a worker whose launching
-  process is stopped kills it, so a frozen rank 0 does not keep a failed node alive.
-- Externally launched jobs (``torchrun``, ``srun``, ``mpiexec``) are ended by their launcher;
-  ``docs/faults.md`` says what each does and within which bound.
+- :func:`supervise_worker` runs in every worker the package launched; :func:`watch_launcher` in
+  every rank of an external launcher (``torchrun``, ``srun``, ``mpirun``/``mpiexec``) too. One
+  long-lived thread polls the parent every :data:`LAUNCHER_POLL_S`: when the launcher is gone
+  (``SIGKILL`` included) it ``SIGKILL``\ s every process the rank started (DataLoader and compile
+  workers) and ends the rank, within about 0.5 s. On Linux the kernel also sends ``SIGCONT``
+  when the parent ends (``prctl(PR_SET_PDEATHSIG)``), so a stopped rank wakes up to do so. At
+  exit, a worker whose launching process is stopped kills it, so a frozen rank 0 does not keep a
+  failed node alive.
 
 Example:
     >>> signal_pending(os.getpid(), 15)
@@ -94,6 +95,54 @@ def watch_parent(parent_pid: int, rank: int, period_s: float = 0.5) -> threading
     thread = threading.Thread(target=watch, name="anyaccel-parent-watch", daemon=True)
     thread.start()
     return thread
+
+
+#: How often a rank looks whether its launcher is still its parent (seconds); the bound is a few periods.
+LAUNCHER_POLL_S = 0.25
+_launcher_watch: threading.Thread | None = None
+
+
+def kill_own_children() -> list[int]:
+    """``SIGKILL`` every process this one started, recursively (DataLoader and compile workers); their pids."""
+    import psutil
+
+    try:
+        family = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+    for child in family:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    return [child.pid for child in family]
+
+
+def watch_launcher(rank: int, period_s: float = LAUNCHER_POLL_S) -> threading.Thread | None:
+    """In a rank, under any launcher: when the launcher (this process's parent now) dies, end this rank and
+    every process it started, within about two periods.
+
+    Polls ``getppid()`` from one long-lived thread, started once before any DataLoader worker is
+    forked. Unlike ``PR_SET_PDEATHSIG``, which fires when the *thread* that forked the rank exits,
+    this follows the launcher *process*: a launcher that forks from a helper thread keeps its
+    healthy ranks. ``None`` when already watching or when the parent is ``init`` (nothing to follow).
+    """
+    global _launcher_watch
+    parent = os.getppid()
+    with _lock:
+        if parent <= 1 or (_launcher_watch is not None and _launcher_watch.is_alive()):
+            return None
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(period_s)
+            killed = kill_own_children()
+            end_process(f"rank {rank}: its launcher (pid {parent}) died; ending this rank and the {len(killed)}"
+                        " process(es) it started so that nothing outlives the job.")
+
+        _launcher_watch = threading.Thread(target=watch, name="anyaccel-launcher-watch", daemon=True)
+        _launcher_watch.start()
+        return _launcher_watch
 
 
 def _proc_state(pid: int) -> str | None:
@@ -239,13 +288,13 @@ def prepare_launch() -> None:
         atexit.register(kill_children)
 
 
-def _die_with_parent() -> bool:
-    """Ask the kernel to ``SIGKILL`` this process when its parent ends (Linux); whether that worked."""
+def _die_with_parent(signum: int = signal.SIGKILL) -> bool:
+    """Ask the kernel to send ``signum`` to this process when its parent ends (Linux); whether that worked."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
@@ -272,11 +321,14 @@ def supervise_worker(rank: int) -> bool:
     if _supervised_by == parent:
         return True
     _supervised_by = parent
-    if _die_with_parent():
-        if os.getppid() != parent:  # it died before the request took effect
-            end_process(f"rank {rank}: the process that launched this one (pid {parent}) died; exiting.")
-    else:
-        watch_parent(parent, rank=rank)
+    # The kernel wakes a stopped rank (SIGCONT) when the launcher ends; the launcher watch then ends the
+    # rank and the processes it started. SIGKILL would leave those (a DataLoader worker deadlocked in
+    # its start never checks its parent), and fires when the launcher's *thread* that forked exits.
+    _die_with_parent(signal.SIGCONT)
+    watch_launcher(rank)
+    if os.getppid() != parent:  # it died before the watch started
+        kill_own_children()
+        end_process(f"rank {rank}: the process that launched this one (pid {parent}) died; exiting.")
 
     def kill_stopped_parent() -> None:
         if os.getppid() == parent and is_stopped(parent):
@@ -314,6 +366,8 @@ __all__ = [
     "children",
     "is_stopped",
     "kill_children",
+    "kill_own_children",
+    "watch_launcher",
     "launcher_pid",
     "prepare_launch",
     "reap_stopped_children",

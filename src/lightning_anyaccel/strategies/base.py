@@ -25,6 +25,7 @@ from typing_extensions import override
 
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.checkpoints.checkpoint import AtomicCheckpointIO
+from lightning_anyaccel.cluster import fork_deadlock, watchdog
 from lightning_anyaccel.device.compilation import check_compiled
 from lightning_anyaccel.front_ends import FrontEnd, TrainerSide
 from lightning_anyaccel.lightning_stubs import TrainerStrategyHooks
@@ -112,6 +113,24 @@ class AnyStrategyMixin(_Base):
         if module is not None:
             check_compiled(module, self.root_device)
         super().setup(trainer)
+
+    @override
+    def backward(self, *args: Any, **kwargs: Any) -> Any:
+        """Lightning's backward, counted as progress for the stall watchdog (:mod:`~lightning_anyaccel.cluster.watchdog`)."""
+        watchdog.progress()
+        return super().backward(*args, **kwargs)
+
+    @override
+    def batch_to_device(self, batch: Any, device: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """Lightning's move of a batch (every batch of every loop), counted as progress for the stall watchdog."""
+        watchdog.progress()
+        return super().batch_to_device(batch, device, *args, **kwargs)
+
+    @override
+    def process_dataloader(self, dataloader: Any) -> Any:
+        """Lightning's hook, after warning once where this Python can deadlock a forked worker (CPython gh-112275)."""
+        fork_deadlock.warn_if_affected(dataloader)
+        return super().process_dataloader(dataloader)
 
     @property
     def device_type(self) -> str:

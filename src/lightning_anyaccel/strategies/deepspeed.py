@@ -251,7 +251,7 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
     setup_steps: ClassVar[Setup] = TRAINER_SETUP
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        lightning_names = set(inspect.signature(DeepSpeedStrategy.__init__).parameters) | {"timeout"}
+        lightning_names = set(inspect.signature(DeepSpeedStrategy.__init__).parameters) | {"timeout", "stall_timeout"}
         inference = {key: kwargs.pop(key) for key in list(kwargs) if key not in lightning_names}
         super().__init__(*args, **kwargs)
         known = inference_config_keys()

@@ -30,8 +30,8 @@ Example:
     >>> type(trainer.strategy).__name__
     'AnyFSDPStrategy'
     >>> [step.name for step in SETUP][-5:]  # doctest: +NORMALIZE_WHITESPACE
-    ['hold_device_mesh_shape', 'lightning_setup_within_deadline', 'build_device_mesh', 'check_device_precision',
-     'destroy_process_group_at_exit']
+    ['lightning_setup_within_deadline', 'build_device_mesh', 'check_device_precision', 'destroy_process_group_at_exit',
+     'watch_stalls']
 """
 
 from __future__ import annotations

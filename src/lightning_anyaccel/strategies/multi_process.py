@@ -26,7 +26,7 @@ from typing_extensions import override
 
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.accelerator import DeviceCountError, process_devices
-from lightning_anyaccel.cluster import rendezvous, supervision
+from lightning_anyaccel.cluster import rendezvous, supervision, watchdog
 from lightning_anyaccel.cluster.environments import AnyMPIEnvironment
 from lightning_anyaccel.device.distributed import reduce_mean_as_sum, resolve_backend
 from lightning_anyaccel.device.sync_batchnorm import DeviceLayerSync
@@ -71,10 +71,15 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
     #: The collective backend the setup step ``prepare_backend`` resolved (``None`` before it ran).
     resolved_backend: str | None = None
 
-    def __init__(self, *args: Any, timeout: timedelta | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, timeout: timedelta | None = None, stall_timeout: float | None = None,
+                 **kwargs: Any) -> None:
         """``timeout=None`` means :func:`~lightning_anyaccel.cluster.rendezvous.default_timeout` (10 min, or
-        ``$LIGHTNING_ANYACCEL_TIMEOUT`` seconds)."""
+        ``$LIGHTNING_ANYACCEL_TIMEOUT`` seconds). ``stall_timeout``: seconds without a step or a collective
+        before the stall watchdog reports every rank's stack and ends the job (``0``: off; ``None``:
+        :func:`~lightning_anyaccel.cluster.watchdog.stall_timeout`, 30 min or ``$LIGHTNING_ANYACCEL_STALL_TIMEOUT``)."""
         super().__init__(*args, timeout=timeout or rendezvous.default_timeout(), **kwargs)
+        #: The stall watchdog's bound given to the strategy (``None``: the environment's or the default).
+        self.stall_timeout = stall_timeout
 
     @property
     def parallel_devices(self) -> list[torch.device] | None:
@@ -201,12 +206,22 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
         What ``self.log(..., sync_dist=True)`` and ``strategy.reduce`` call; see
         :func:`~lightning_anyaccel.device.distributed.reduce_mean_as_sum`.
         """
-        return reduce_mean_as_sum(super().reduce, tensor, group, reduce_op)
+        result = reduce_mean_as_sum(super().reduce, tensor, group, reduce_op)
+        watchdog.progress()
+        return result
 
     @override
     def all_reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
         """Fabric: Lightning's ``all_reduce``, a mean as a sum divided by the group's size (no ``ReduceOp.AVG``)."""
-        return reduce_mean_as_sum(super().all_reduce, tensor, group, reduce_op)
+        result = reduce_mean_as_sum(super().all_reduce, tensor, group, reduce_op)
+        watchdog.progress()
+        return result
+
+    @override
+    def teardown(self) -> None:
+        """Lightning's teardown; the stall watchdog stops watching until the next setup (the process may idle now)."""
+        watchdog.disarm()
+        super().teardown()
 
     def _wrap_ddp(self, module: torch.nn.Module, device_ids: list[int] | None) -> Any:
         """Wrap ``module`` in DDP on the current stream, as plain PyTorch does, on every device type.
@@ -222,6 +237,7 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
         """A barrier on the device the process group was bound to (no NCCL-only ``device_ids``)."""
         if _lightning.distributed_is_initialized():
             torch.distributed.barrier()
+            watchdog.progress()
 
     @override
     def barrier(self, *args: Any, **kwargs: Any) -> None:

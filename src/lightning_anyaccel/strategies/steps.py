@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -39,7 +40,7 @@ import torch.multiprocessing as mp
 
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.accelerator import DeviceTypeError
-from lightning_anyaccel.cluster import gloo_interface, rendezvous, supervision
+from lightning_anyaccel.cluster import gloo_interface, rendezvous, supervision, watchdog
 from lightning_anyaccel.device import distributed
 from lightning_anyaccel.device.devices import DeviceSpec
 from lightning_anyaccel.device.distributed import check_fork_safe
@@ -215,6 +216,27 @@ def supervise_worker(strategy: DistributedTarget) -> None:
     supervision.supervise_worker(strategy.global_rank)
 
 
+def follow_launcher(strategy: DistributedTarget) -> None:
+    """In a rank started by a launcher (external or the package's): end with it, and every process the rank
+    started (:func:`~lightning_anyaccel.cluster.supervision.watch_launcher`; a long-lived thread started
+    once, before any DataLoader worker is forked: a thread that starts or ends during a ``fork`` is
+    what CPython gh-112275 deadlocks on)."""
+    env = strategy.cluster_environment
+    if env.creates_processes_externally or supervision.launcher_pid() == os.getppid():
+        supervision.watch_launcher(strategy.global_rank)
+
+
+def watch_stalls(strategy: DistributedTarget) -> None:
+    """In a rank, once in the process group: start the stall watchdog (:mod:`~lightning_anyaccel.cluster.watchdog`).
+
+    The rendezvous before it has its own deadline; from here on a rank that makes no progress for
+    ``stall_timeout`` (no batch, no backward, no collective) reports every rank's stack and ends the job.
+    """
+    env = strategy.cluster_environment
+    job = f"{env.main_address}-{env.main_port}"
+    watchdog.start(strategy.global_rank, job, getattr(strategy, "stall_timeout", None))
+
+
 def check_start_method(strategy: DistributedTarget) -> None:
     """Say which strategy to use when the start method can not work here (notebooks, no ``fork``)."""
     method = _lightning.start_method_of(strategy)
@@ -309,18 +331,21 @@ def launch_checks(align: StepFunction = align_precision) -> Setup:
     )
 
 
-#: In a worker, before joining the process group: the ranks and the layout checked, gloo's interface named.
-BEFORE_JOIN: Setup = (in_worker(check_layout), in_worker(name_socket_interface))
+#: In a worker, before joining the process group: the ranks and the layout checked, gloo's interface named,
+#: the launcher followed.
+BEFORE_JOIN: Setup = (in_worker(check_layout), in_worker(name_socket_interface), in_worker(follow_launcher))
 
-#: In a worker, once in the process group: the device asked about the precision, the exit hook registered.
-AFTER_JOIN: Setup = (in_worker(check_device_precision), in_worker(destroy_process_group_at_exit))
+#: In a worker, once in the process group: the device asked about the precision, the exit hook registered,
+#: the stall watchdog started.
+AFTER_JOIN: Setup = (in_worker(check_device_precision), in_worker(destroy_process_group_at_exit),
+                     in_worker(watch_stalls))
 
 
 def with_launch_check(setup: Setup, run: StepFunction) -> Setup:
     """``setup`` with ``run`` as its last :func:`before_launch` step (a front end's own check).
 
     >>> [step.name for step in with_launch_check(AFTER_JOIN, check_accelerator)]
-    ['check_accelerator', 'check_device_precision', 'destroy_process_group_at_exit']
+    ['check_accelerator', 'check_device_precision', 'destroy_process_group_at_exit', 'watch_stalls']
     """
     launching = tuple(step for step in setup if step.before_launch)
     return (*launching, before_launch(run), *(step for step in setup if not step.before_launch))
@@ -358,6 +383,7 @@ __all__ = [
     "check_layout",
     "check_start_method",
     "destroy_process_group_at_exit",
+    "follow_launcher",
     "in_worker",
     "launch_checks",
     "lightning_setup",
@@ -367,5 +393,6 @@ __all__ = [
     "prepare_backend",
     "run_setup",
     "supervise_worker",
+    "watch_stalls",
     "with_launch_check",
 ]

@@ -1,0 +1,295 @@
+"""A hang anywhere becomes an error that says where every rank was: the stall watchdog.
+
+Every collective is bounded by the strategy's ``timeout``; a rank can still hang elsewhere (a
+DataLoader worker that never starts, a ``training_step`` that never returns, a first-time op
+build that waits forever). :func:`start` runs one long-lived daemon thread per rank. The
+strategies call :func:`progress` (one integer increment) at every training step, backward and
+collective they run. When the counter has not moved for :func:`stall_timeout` seconds the thread
+
+1. writes every thread's Python stack of this rank (``faulthandler``) to
+   ``<dir>/rank<N>.stack`` and to stderr, and a native stack (``py-spy dump --native``) where
+   ``py-spy`` is installed;
+2. asks the other ranks of this host to dump theirs (:data:`DUMP_SIGNAL`, a ``faulthandler``
+   handler in C that works while their main thread is stuck in C) and reads them back;
+3. prints one line per rank saying where it was (:func:`where`: ``in a DataLoader worker's
+   start``, ``in all_reduce``, ``waiting for rank 1``, or the innermost frame outside
+   torch/Lightning, ``file:line``);
+4. ends the job: ``SIGKILL`` to the other ranks of this host and to every process this rank
+   started (DataLoader workers, compile workers), then ``os._exit`` with :data:`EXIT_CODE`.
+
+The Trainer's teardown (end of ``fit``/``validate``/``test``) disarms it until the next setup; under
+Fabric it stays armed until the process ends. The bound is ``stall_timeout=`` of every multi-process strategy of the package, else
+``$LIGHTNING_ANYACCEL_STALL_TIMEOUT`` seconds, else :data:`DEFAULT_STALL_TIMEOUT_S` (30 min: a
+first-time DeepSpeed op build or ``torch.compile`` of a large model takes minutes with no step);
+``0`` or ``off`` turns the watchdog off.
+
+Example:
+    >>> stall_timeout(None, {"LIGHTNING_ANYACCEL_STALL_TIMEOUT": "off"}) is None
+    True
+    >>> stall_timeout(None, {"LIGHTNING_ANYACCEL_STALL_TIMEOUT": "90"})
+    90.0
+    >>> where(['  File "/x/torch/distributed/distributed_c10d.py", line 1, in all_reduce'])
+    'in all_reduce'
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+from lightning_anyaccel.cluster import supervision
+
+#: The environment variable that sets the stall bound in seconds (``0``/``off``: no watchdog).
+STALL_TIMEOUT_ENV = "LIGHTNING_ANYACCEL_STALL_TIMEOUT"
+#: Where the per-rank stack files go (default: a directory per job under the temporary directory).
+STALL_DIR_ENV = "LIGHTNING_ANYACCEL_STALL_DIR"
+#: The default bound: long enough for a first-time DeepSpeed op build or a large ``torch.compile``.
+DEFAULT_STALL_TIMEOUT_S = 1800.0
+#: Exit status of a rank ended by the watchdog.
+EXIT_CODE = 4
+#: Seconds the stalled rank waits for the other ranks' stacks.
+PEER_DUMP_WAIT_S = 2.0
+
+#: The signal that makes a rank write its stacks: a real-time one, so that ``SIGUSR1`` stays free for
+#: preemption warnings (SLURM's ``--signal=USR1``, :class:`~lightning_anyaccel.checkpoints.preemption.PreemptionCheckpoint`).
+DUMP_SIGNAL: int = int(getattr(signal, "SIGRTMIN", 0)) + 7 if hasattr(signal, "SIGRTMIN") else 0
+
+_counter = [0]
+_armed = threading.Event()
+_thread: threading.Thread | None = None
+_stack_file: IO[str] | None = None
+_lock = threading.Lock()
+
+_COLLECTIVE = re.compile(r'torch/distributed/distributed_c10d\.py", line \d+,? in (\w+)')
+_FRAME = re.compile(r'\s*File "([^"]+)", line (\d+)(?:,? in (\S+))?')
+_LIBRARY = ("/torch/", "/lightning/", "/pytorch_lightning/", "/lightning_fabric/", "/deepspeed/", "/threading.py",
+            "/multiprocessing/", "/queue.py", "/selectors.py", "/lightning_anyaccel/", "/site-packages/", "<frozen")
+
+
+def progress() -> None:
+    """Count one step of progress (a training step, a backward, a collective that completed)."""
+    _counter[0] += 1
+
+
+def disarm() -> None:
+    """Stop watching until the next :func:`start` (the Trainer's teardown: the process may idle after ``fit``)."""
+    _armed.clear()
+
+
+def stall_timeout(given: float | None, environ: Mapping[str, str] = os.environ) -> float | None:
+    """The stall bound in seconds: ``given``, else ``$LIGHTNING_ANYACCEL_STALL_TIMEOUT``, else the default.
+
+    ``None`` when the watchdog is off (``0``, ``off``, ``none``).
+
+    Raises:
+        ValueError: the variable is neither a number nor ``off``.
+    """
+    if given is not None:
+        return float(given) if given > 0 else None
+    value = environ.get(STALL_TIMEOUT_ENV, "").strip().lower()
+    if not value:
+        return DEFAULT_STALL_TIMEOUT_S
+    if value in ("off", "none", "false", "0"):
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"{STALL_TIMEOUT_ENV}={value!r} is neither a number of seconds nor 'off'.") from None
+    return seconds if seconds > 0 else None
+
+
+def stall_dir(job: str, environ: Mapping[str, str] = os.environ) -> Path:
+    """The directory of this job's stack files (``$LIGHTNING_ANYACCEL_STALL_DIR``, else one per job in the temp dir)."""
+    base = environ.get(STALL_DIR_ENV)
+    path = Path(base) if base else Path(tempfile.gettempdir()) / f"lightning_anyaccel-{os.getuid()}-{job}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def where(stack: Sequence[str]) -> str:
+    """Where a rank waits, from its main thread's stack (``faulthandler`` or ``traceback`` lines, outermost first)."""
+    text = "\n".join(stack)
+    if "torch/utils/data/dataloader.py" in text and re.search(r"in (_try_get_data|_get_data|_next_data)", text):
+        return "in a DataLoader worker's start or batch (waiting on its queue)"
+    if "multiprocessing/popen_fork.py" in text:
+        return "in a DataLoader worker's start (forking it)"
+    collectives = _COLLECTIVE.findall(text)
+    if collectives:
+        return f"in {collectives[-1]}"
+    if re.search(r'torch/autograd/(?:__init__|graph)\.py", line \d+,? in (backward|_engine_run_backward)', text):
+        return "in backward (DDP's gradient all-reduce waits there for the other ranks)"
+    frames = [match for match in (_FRAME.match(line) for line in stack) if match]
+    user = [m for m in frames if not any(part in m.group(1) for part in _LIBRARY)]
+    if not frames:
+        return "somewhere without a Python frame"
+    frame = (user or frames)[-1]
+    return f"at {frame.group(1)}:{frame.group(2)}" + (f" in {frame.group(3)}" if frame.group(3) else "")
+
+
+def main_thread_stack(dump: str) -> list[str]:
+    """The main thread's lines of a ``faulthandler`` dump, outermost first (it prints innermost first)."""
+    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump)
+    main = next((b for b in blocks if "in <module>" in b or "_bootstrap" not in b), blocks[0] if blocks else "")
+    return list(reversed([line for line in main.splitlines() if line.strip().startswith("File")]))
+
+
+def _peers(directory: Path) -> dict[int, int]:
+    """The other ranks of this host that registered in ``directory``: rank -> pid."""
+    found = {}
+    for path in directory.glob("rank*.pid"):
+        try:
+            rank, pid = int(path.stem[4:]), int(path.read_text())
+        except ValueError:
+            continue
+        if pid != os.getpid() and supervision._proc_state(pid) not in (None, "Z"):
+            found[rank] = pid
+    return found
+
+
+def _native(pid: int) -> str:
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return ""
+    try:
+        return subprocess.run([spy, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
+                              timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _kill_tree(pid: int) -> None:
+    """``SIGKILL`` ``pid`` and its descendants, except this process (it ends itself last)."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        family = [*process.children(recursive=True), process]
+    except psutil.Error:
+        return
+    for member in family:
+        if member.pid == os.getpid():
+            continue
+        try:
+            member.kill()
+        except psutil.Error:
+            pass
+
+
+def _first_reporter(directory: Path) -> bool:
+    """Whether this rank reports (no other live rank of this host is reporting already: it will end this one)."""
+    claim = directory / "reporting"
+    for _ in range(2):
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                holder = int(claim.read_text() or 0)
+            except (OSError, ValueError):
+                holder = 0
+            if holder and supervision._proc_state(holder) not in (None, "Z"):
+                return False
+            claim.unlink(missing_ok=True)  # left by an earlier job on the same address
+            continue
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return True
+    return False
+
+
+def _report(rank: int, directory: Path, bound: float) -> None:
+    """Dump, name and end (from the watchdog thread)."""
+    out = sys.stderr
+    if not _first_reporter(directory):
+        time.sleep(3 * PEER_DUMP_WAIT_S + 30)  # the reporting rank dumps this one's stack and ends it
+    own = directory / f"rank{rank}.stack"
+    with own.open("w") as handle:
+        faulthandler.dump_traceback(handle, all_threads=True)
+    peers = _peers(directory)
+    for pid in peers.values():
+        try:
+            if DUMP_SIGNAL:
+                os.kill(pid, DUMP_SIGNAL)
+        except OSError:
+            pass
+    time.sleep(PEER_DUMP_WAIT_S if peers else 0)
+    places = {rank: where(main_thread_stack(own.read_text()))}
+    for peer in peers:
+        text = (directory / f"rank{peer}.stack").read_text() if (directory / f"rank{peer}.stack").exists() else ""
+        places[peer] = where(main_thread_stack(text)) if text.strip() else "(no stack: it did not answer)"
+    waiting = [r for r, place in places.items() if place.startswith("in ") and "DataLoader" not in place]
+    others = [r for r in places if r not in waiting]
+    lines = [f"[lightning_anyaccel] rank {rank} made no progress (no training step, no collective) for {bound:.0f} s"
+             f" (stall_timeout / ${STALL_TIMEOUT_ENV}); stacks of every rank of this host follow and are in {directory}."]
+    for r in sorted(places):
+        suffix = f", waiting for rank {', '.join(map(str, others))}" if r in waiting and others else ""
+        lines.append(f"[lightning_anyaccel]   rank {r} (pid {peers.get(r, os.getpid())}): {places[r]}{suffix}")
+    out.write("\n".join(lines) + "\n")
+    for r in sorted(places):
+        path = directory / f"rank{r}.stack"
+        out.write(f"--- rank {r} Python stacks ({path}) ---\n{path.read_text() if path.exists() else ''}")
+        native = _native(peers.get(r, os.getpid()))
+        if native:
+            out.write(f"--- rank {r} native stack (py-spy) ---\n{native}")
+    out.write(f"[lightning_anyaccel] rank {rank}: ending the job (the ranks above and their child processes).\n")
+    out.flush()
+    _kill_tree(os.getpid())
+    for pid in peers.values():
+        _kill_tree(pid)
+    os._exit(EXIT_CODE)
+
+
+def _watch(rank: int, directory: Path, bound: float, period: float) -> None:
+    seen, since = _counter[0], time.monotonic()
+    while True:
+        time.sleep(period)
+        if _counter[0] != seen or not _armed.is_set():
+            seen, since = _counter[0], time.monotonic()
+        elif time.monotonic() - since >= bound:
+            try:
+                _report(rank, directory, bound)
+            finally:
+                os._exit(EXIT_CODE)
+
+
+def start(rank: int, job: str, given: float | None = None) -> threading.Thread | None:
+    """Start this rank's watchdog (once per process); ``None`` when it is off.
+
+    Args:
+        rank: this process's global rank (named in the report).
+        job: what the ranks of one job share (the rendezvous address and port), for the stack directory.
+        given: the strategy's ``stall_timeout`` (seconds; ``0`` turns it off), ``None`` for the environment's.
+    """
+    global _thread, _stack_file
+    bound = stall_timeout(given)
+    with _lock:
+        if bound is None:
+            return None
+        progress()
+        _armed.set()
+        if _thread is not None and _thread.is_alive():
+            return _thread
+        directory = stall_dir(job)
+        (directory / f"rank{rank}.pid").write_text(str(os.getpid()))
+        _stack_file = (directory / f"rank{rank}.stack").open("w")
+        if DUMP_SIGNAL:
+            faulthandler.register(DUMP_SIGNAL, file=_stack_file, all_threads=True)
+        period = min(5.0, max(0.2, bound / 10))
+        _thread = threading.Thread(target=_watch, args=(rank, directory, bound, period), name="anyaccel-watchdog",
+                                   daemon=True)
+        _thread.start()
+        return _thread
+
+
+__all__ = ["DEFAULT_STALL_TIMEOUT_S", "DUMP_SIGNAL", "EXIT_CODE", "disarm", "STALL_DIR_ENV", "STALL_TIMEOUT_ENV", "main_thread_stack",
+           "progress", "stall_dir", "stall_timeout", "start", "where"]
