@@ -25,9 +25,9 @@ from typing import Any
 from benchmarks.common import ROOT, SCHEMA, load_average, metadata, results_for, write_json
 
 SECTIONS: tuple[str, ...] = ("overhead", "transformer", "strategies", "collective", "first_step", "device_calls")
-#: ``--device emulated:NAME``: the emulated PrivateUse1 device of the tests (``tests/emulator``), loaded
+#: ``--device emulated:NAME``: the emulated PrivateUse1 device (``lightning_anyaccel.emulator``), loaded
 #: in every process of the run by this folder on ``PYTHONPATH`` and ``$LIGHTNING_ANYACCEL_EMULATE``.
-EMULATOR_AUTOLOAD = ROOT / "tests" / "emulator" / "autoload"
+EMULATOR_AUTOLOAD = ROOT / "src" / "lightning_anyaccel" / "emulator" / "autoload"
 EMULATE_ENV = "LIGHTNING_ANYACCEL_EMULATE"
 
 
