@@ -114,8 +114,8 @@ def summarize(reports: list[dict[str, Any]], name: str, returncode: int) -> tupl
     problems: dict[tuple[str, str, int], dict[str, Any]] = {}
     for report in reports:
         for problem in report["problems"]:
-            frame = problem["frames"][0] if problem["frames"] else {"file": "?", "line": 0}
-            key = (problem["kind"], frame["file"], frame["line"])
+            frame: dict[str, Any] = problem["frames"][0] if problem["frames"] else {"file": "?", "line": 0}
+            key = (str(problem["kind"]), str(frame["file"]), int(frame["line"]))
             entry = problems.setdefault(key, {**problem, "ranks": set()})
             entry["ranks"].add(report["rank"] if report["rank"] is not None else report["pid"])
     steps = max((r["steps"] for r in reports), default=0)

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from lightning_anyaccel.emulator import DEFAULT_MEMORY_BYTES, backend_name
+from lightning_anyaccel.emulator.names import DEFAULT_MEMORY_BYTES, backend_name
 
 #: The Python kernels registered here; kept alive for the life of the process.
 _libraries: list[torch.library.Library] = []
@@ -142,6 +142,6 @@ def _stand_in_process_group_xccl() -> None:
         def __new__(cls, store: Any, rank: int, size: int, options: Any) -> Any:
             return create(store, rank, size, options._timeout)
 
-    c10d.ProcessGroupXCCL = ProcessGroupXCCL
+    setattr(c10d, "ProcessGroupXCCL", ProcessGroupXCCL)  # noqa: B010 (torch's stubs declare the binding's type)
     c10d._XCCL_AVAILABLE = True
 

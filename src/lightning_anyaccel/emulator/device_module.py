@@ -150,6 +150,6 @@ def device_module(name: str, ext: Any) -> ModuleType:
     }
     for key, value in functions.items():
         setattr(module, key, value)
-    module.default_generators = tuple(ext.default_generator(i) for i in range(ext.device_count()))
+    setattr(module, "default_generators", tuple(ext.default_generator(i) for i in range(ext.device_count())))
     return module
 

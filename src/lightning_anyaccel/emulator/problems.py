@@ -164,9 +164,9 @@ def report() -> None:
     folder = os.environ.get(REPORT_ENV, "").strip()
     if not folder:
         return
-    from lightning_anyaccel.emulator import loaded_name
+    from lightning_anyaccel.emulator.names import ENV_VAR, parse_spec
 
-    data = {"pid": os.getpid(), "rank": _rank(), "argv": sys.argv, "device": loaded_name(),
+    data = {"pid": os.getpid(), "rank": _rank(), "argv": sys.argv, "device": parse_spec(os.environ.get(ENV_VAR, ""))[0],
             "steps": _state["steps"], "problems": _state["problems"]}
     path = Path(folder) / f"{os.getpid()}.json"
     partial = path.with_suffix(".partial")

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing_extensions import override
+
 #: ``torch.cuda.<name>`` -> what serves every device type.
 CUDA_REPLACEMENTS = {
     "is_available": "torch.accelerator.is_available()",
@@ -47,6 +49,7 @@ class Finding:
     replacement: str
     code: str
 
+    @override
     def __str__(self) -> str:
         return f"{self.path}:{self.line}: {self.what} -> {self.replacement}\n    {self.code}"
 
@@ -65,6 +68,7 @@ class _Visitor(ast.NodeVisitor):
     def _add(self, node: ast.AST, what: str, replacement: str) -> None:
         self.found.append((getattr(node, "lineno", 0), what, replacement))
 
+    @override
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             if alias.name == "torch":
@@ -72,6 +76,7 @@ class _Visitor(ast.NodeVisitor):
             elif alias.name == "torch.cuda" and alias.asname:
                 self.cuda_names.add(alias.asname)
 
+    @override
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         for alias in node.names:
             if node.module == "torch" and alias.name == "cuda":
@@ -90,6 +95,7 @@ class _Visitor(ast.NodeVisitor):
             return node.attr
         return None
 
+    @override
     def visit_Attribute(self, node: ast.Attribute) -> None:
         member = self._cuda_member(node)
         if member is not None:
@@ -105,6 +111,7 @@ class _Visitor(ast.NodeVisitor):
             return
         self.generic_visit(node)
 
+    @override
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr == "cuda" and self._cuda_member(func) is None \
@@ -132,6 +139,7 @@ class _Visitor(ast.NodeVisitor):
                           'accelerator="auto" (lightning-anyaccel: "any") finds whichever device the machine has')
         self.generic_visit(node)
 
+    @override
     def visit_Constant(self, node: ast.Constant) -> None:
         if node.value == "nccl":
             self._add(node, '"nccl"', 'torch.distributed.get_default_backend_for_device(device), or leave the'
