@@ -109,6 +109,18 @@ def _end(proc: subprocess.Popen[bytes], status: int) -> int:
     return status
 
 
+#: What to do about each kind of problem, printed under it.
+HINTS = {
+    "tensor on another device": "a tensor made without device= lives on the CPU: create it on the data's device"
+                                " (device=x.device, or self.device in a LightningModule) or register it as a buffer",
+    "CUDA-only API": "torch.accelerator or torch.get_device_module(device) serves every device (the scan names the"
+                     " replacement)",
+    "CUDA-only code": "Lightning places the model and batches; elsewhere use .to(device) with the device in use",
+    "out of memory": "the size fits your host, not a device of this capacity: use a smaller batch, or --memory to"
+                     " match the target device",
+}
+
+
 def summarize(reports: list[dict[str, Any]], name: str, returncode: int) -> tuple[str, int]:
     """The report's text and how many problems it lists."""
     problems: dict[tuple[str, str, int], dict[str, Any]] = {}
@@ -119,15 +131,19 @@ def summarize(reports: list[dict[str, Any]], name: str, returncode: int) -> tupl
             entry = problems.setdefault(key, {**problem, "ranks": set()})
             entry["ranks"].add(report["rank"] if report["rank"] is not None else report["pid"])
     steps = max((r["steps"] for r in reports), default=0)
+    ranks = sorted(r["rank"] for r in reports if r["rank"] is not None)
     lines = ["", "== emulated device report ==",
-             f"device: {name} (emulated)   processes: {len(reports)}   optimizer steps: {steps}"
-             f" (the most any process took)   exit status: {returncode}"]
+             f"device: {name} (emulated)   processes: {len(reports)}"
+             + (f" (ranks {', '.join(map(str, ranks))})" if ranks else "")
+             + f"   optimizer steps: {steps} (the most any process took)   exit status: {returncode}"]
     if not problems:
         lines.append("problems: none" + (" found before the program failed" if returncode else ""))
     for (kind, file, line), problem in problems.items():
         lines.append(f"{file}:{line}: {kind}: {problem['message']}")
         for frame in problem["frames"]:
             lines.append(f"    {frame['file']}:{frame['line']} in {frame['function']}: {frame['code']}")
+        if kind in HINTS:
+            lines.append(f"    fix: {HINTS[kind]}")
     return "\n".join(lines), len(problems)
 
 

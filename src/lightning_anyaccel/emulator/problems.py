@@ -76,6 +76,8 @@ def _stack(frame: FrameType | None) -> list[tuple[str, int, str]]:
 def record(kind: str, message: str, frames: list[tuple[str, int, str]]) -> None:
     """Note a problem once per kind and place of the user's code."""
     where = _user_frames(frames)
+    if not where and kind == "error":  # a launcher's or a library's own failure (torchrun's ChildFailedError)
+        return
     key = (kind, where[0]["file"], where[0]["line"]) if where else (kind, message)
     if any(p["key"] == list(key) for p in _state["problems"]):
         return
