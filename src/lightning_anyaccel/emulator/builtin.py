@@ -45,7 +45,7 @@ class _XpuDeviceProperties:
 
     def __init__(self, index: int, total_memory: int) -> None:
         self.name = "Emulated xpu device (host memory, CPU kernels)"
-        self.platform_name = self.vendor = "lightning-anyaccel tests/emulator"
+        self.platform_name = self.vendor = "lightning-anyaccel emulator"
         self.driver_version = self.version = "emulated"
         self.type = "gpu"
         self.total_memory = total_memory
@@ -135,7 +135,7 @@ def _stand_in_habana_frameworks(hpu: ModuleType) -> None:
              "habana_frameworks.torch.hpu", "habana_frameworks.torch.hpu.random", "habana_frameworks.torch.utils",
              "habana_frameworks.torch.utils.experimental", "habana_frameworks.torch.distributed",
              "habana_frameworks.torch.distributed.hccl"]
-    modules = {n: ModuleType(n, "Stand-in of the emulated hpu (lightning-anyaccel tests/emulator).") for n in names}
+    modules = {n: ModuleType(n, "Stand-in of the emulated hpu (lightning-anyaccel emulator).") for n in names}
     modules["habana_frameworks.torch.hpu"] = hpu
     modules["habana_frameworks.torch.core"].mark_step = lambda *args, **kwargs: None
     modules["habana_frameworks.torch.core"].hpu = hpu  # DeepSpeed's HPU accelerator reads htcore.hpu.Event

@@ -11,7 +11,7 @@ collective's stream wrote so far. The works of a group complete in the order the
 communication stream): waiting for one completes those issued before it.
 
 Data really moves between processes; what this can not show is a vendor library's behaviour (its
-algorithms, its streams, its failures). Options of the emulator (``tests/emulator/__init__.py``):
+algorithms, its streams, its failures). Options of the emulator (``lightning_anyaccel/emulator/names.py``):
 ``noavg`` makes the backend refuse ``ReduceOp.AVG`` at the call, as some vendors' libraries do.
 """
 
