@@ -168,7 +168,7 @@ def test_aurora_script_on_the_emulated_seed_devices(tmp_path: Path, device_type:
     name, bf16 on the device, the best checkpoint tested. One strategy per device type keeps CI short."""
     _skip_unless("openmpi", strategy)
     out = tmp_path / "out"
-    pythonpath = os.pathsep.join([str(ROOT / "tests" / "emulator" / "autoload"), str(ROOT / "src")])
+    pythonpath = os.pathsep.join([str(ROOT / "src" / "lightning_anyaccel" / "emulator" / "autoload"), str(ROOT / "src")])
     env = {**OMPI_ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "MPIEXEC": str(OPENMPI),
            "NNODES": "1", "PPN": "2", "PYTHONPATH": pythonpath, "LIGHTNING_ANYACCEL_EMULATE": device_type,
            "MPIEXEC_EXTRA_ARGS": "--bind-to none --oversubscribe -x LIGHTNING_ANYACCEL_EMULATE"
