@@ -45,10 +45,12 @@ run: install
 	$(PYTHON) examples/train.py --devices 2 --max-epochs 3
 	$(MAKE) --no-print-directory docs
 
-# The emulated accelerator of the tests (tests/emulator): compiled once per torch version into
-# tests/emulator/_build/, so a second `make test` compiles nothing.
+# The emulated accelerator (src/lightning_anyaccel/emulator): compiled once per torch version and source
+# into _build/emulator/ (the cache the tests and every process they start use), so a second `make test`
+# compiles nothing.
+export LIGHTNING_ANYACCEL_EMULATOR_CACHE ?= $(CURDIR)/_build/emulator
 emulator: install
-	MAX_JOBS=2 $(PYTHON) tests/emulator/_build_ext.py
+	MAX_JOBS=2 $(PYTHON) -m lightning_anyaccel.emulator.build
 
 # pytest's testpaths: tests/, then the code blocks of README.md and docs/ (conftest.py). The
 # notebooks run in JupyterLab there (tests/test_lab.py, needs Chromium); without Chromium, nbmake
@@ -146,11 +148,11 @@ lab: install
 		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
-	rm -rf $(VENV) _build lightning_logs .pytest_cache .mypy_cache notebooks/runs tests/emulator/_build $(COMPAT_DIR)
+	rm -rf $(VENV) _build lightning_logs .pytest_cache .mypy_cache notebooks/runs $(COMPAT_DIR)
 
 # Benchmarks (benchmarks/, docs/benchmarks.md): `make bench` (9 min on 2 otherwise idle cores, 22 min
 # when shared at load 9-16), `make bench BENCH_ARGS=--quick`;
-# BENCH_ARGS="--device emulated:npu" runs them on the tests' emulated device (tests/emulator).
+# BENCH_ARGS="--device emulated:npu" runs them on the emulated device (lightning_anyaccel.emulator).
 BENCH_ARGS ?=
 bench: install
 	$(PYTHON) -c "import matplotlib, jinja2, scipy, tabulate" 2>/dev/null || $(PYTHON) -m pip install -e ".[bench]"
@@ -191,7 +193,7 @@ COMPAT_TESTS ?= $(wildcard tests/test_lightning_contract.py) tests/test_compat_f
 COMPAT_TORCH_TESTS ?= tests/test_compat_torch.py
 COMPAT_EMULATED ?= emulated:npu
 # The torch ends that also run the device-generic tests on the emulated accelerator (compiled for that
-# torch first, into tests/emulator/_build/torch-<version>-...); `COMPAT_EMULATED_ENDS=` runs none.
+# torch first, into _build/emulator/torch-<version>-...); `COMPAT_EMULATED_ENDS=` runs none.
 COMPAT_EMULATED_ENDS ?= torch-oldest torch-newest
 # On the torch ends, each DDP start method and the two-process checkpoint with one front end, and not
 # notebook 2, the workloads, verify or the validation kit: the Trainer and Fabric start processes and
@@ -243,7 +245,7 @@ test-compat: $(addprefix compat-env-,$(COMPAT_ENDS))
 	    torch-*) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(COMPAT_TORCH_TESTS) \
 	               --validation-record=$(RECORDS)/$$end/cpu-hardware.toml; \
 	             case " $(COMPAT_EMULATED_ENDS) " in *" $$end "*) \
-	               MAX_JOBS=2 $$py tests/emulator/_build_ext.py; \
+	               MAX_JOBS=2 $$py -m lightning_anyaccel.emulator.build; \
 	               $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -n $(DEVICE_TEST_WORKERS) -m device_generic --device $(COMPAT_EMULATED) \
 	                 -k "$(COMPAT_DEVICE_TESTS)" tests --validation-record=$(RECORDS)/$$end/$(word 2,$(subst :, ,$(COMPAT_EMULATED)))-emulated.toml;; \
 	             esac;; \

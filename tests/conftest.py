@@ -2,7 +2,7 @@
 
 ``pytest --device TYPE`` chooses the device the device-generic tests train on: ``cpu`` (default),
 a real device type (``xpu``, ``cuda``, ``hpu``, ``npu``, ...), or ``emulated:NAME`` for the
-emulated accelerator of ``tests/emulator`` loaded as device type ``NAME`` in this process and,
+emulated accelerator (``lightning_anyaccel.emulator``) loaded as device type ``NAME`` in this process and,
 through ``LIGHTNING_ANYACCEL_EMULATE`` and ``PYTHONPATH``, in every child process
 (``emulated:NAME:1``: one emulated device, like a one-GPU machine). Tests marked
 ``device_generic`` take the device from the ``device`` fixture; ``pytest -m device_generic
@@ -26,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 TESTS = Path(__file__).resolve().parent
-AUTOLOAD = TESTS / "emulator" / "autoload"
+AUTOLOAD = SRC / "lightning_anyaccel" / "emulator" / "autoload"
 #: Test processes skip torchmetrics' eager imports of scipy, transformers and matplotlib (lean_imports.py).
 LEAN_IMPORTS = TESTS / "lean_imports"
 
@@ -49,7 +49,7 @@ class DeviceUnderTest:
 
     Attributes:
         type: the ``torch.device`` type (``"cpu"``, ``"npu"``, ...).
-        emulated: whether it is the emulated accelerator of ``tests/emulator``.
+        emulated: whether it is the emulated accelerator (``lightning_anyaccel.emulator``).
         backend: the collective backend the package must pick for it.
         spec: the ``--device`` value as given.
     """
@@ -99,9 +99,7 @@ def _setup_device(spec: str) -> DeviceUnderTest:
     """Load the emulator or check the real device; export what child processes need."""
     if spec.startswith("emulated:"):
         emulate = spec.split(":", 1)[1]  # "npu", "npu:1" (one device), "acme:2:noshallow,memory=1GiB" (docs/emulator.md)
-        if str(TESTS) not in sys.path:
-            sys.path.insert(0, str(TESTS))
-        import emulator
+        from lightning_anyaccel import emulator
 
         name, count = emulator.parse_spec(emulate)
         emulator.load(name, devices=count, options=emulator.parse_options(emulate),

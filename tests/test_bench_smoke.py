@@ -125,7 +125,7 @@ def test_emulated_device_adds_no_per_step_device_calls() -> None:
     from benchmarks import device_calls, run
 
     if not run.EMULATOR_AUTOLOAD.is_dir():
-        pytest.skip("no emulated device in this checkout (tests/emulator)")
+        pytest.skip("no emulated device in this checkout (src/lightning_anyaccel/emulator)")
     dc = device_calls.run("cpu")  # a CPU run measures the emulated device in a child process
     assert dc["emulated"]["device"]["type"] == device_calls.EMULATED_NAME
     assert dc["device_module_functions"] > 0  # the device module was found, so a call would have been counted

@@ -1,4 +1,4 @@
-"""The emulated accelerator itself (tests/emulator): what it must do for the device-generic suite to mean something.
+"""The emulated accelerator itself (lightning_anyaccel.emulator): what it must do for the device-generic suite to mean something.
 
 Each check runs in a fresh interpreter, because a process hosts one emulated device type under one
 name and the fork checks need a parent in a known state. The device names are the PrivateUse1
@@ -21,7 +21,7 @@ NAMES = ["npu", "sdaa", "mlu", "musa", "emu", "xpu", "hpu"]
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "LIGHTNING_ANYACCEL_EMULATE"}
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(SRC)])
+    env["PYTHONPATH"] = str(SRC)
     return {**env, **extra}
 
 
@@ -34,7 +34,7 @@ def test_emulated_device_and_lightning_fit(name):
     with no code: the spec is derived from torch) a bf16-mixed Lightning fit on it. The device-generic suite
     (``pytest -m device_generic --device emulated:npu``) trains on it in depth."""
     fit = name in ("npu", "emu", "xpu", "hpu")
-    proc = run_python(["-m", "emulator.selfcheck", name, *(["--fit"] if fit else [])], env=_env(), cwd=TESTS,
+    proc = run_python(["-m", "lightning_anyaccel.emulator.selfcheck", name, *(["--fit"] if fit else [])], env=_env(), cwd=TESTS,
                       timeout=240)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-4000:]
     assert not fit or "FIT OK" in proc.stdout, proc.stdout[-4000:]
@@ -52,21 +52,23 @@ def test_one_variable_makes_the_device_exist_in_any_process(tmp_path):
 
 
 def test_a_second_name_in_one_process_is_refused():
-    code = ("import emulator; emulator.load('npu')\n"
+    code = ("from lightning_anyaccel import emulator; emulator.load('npu')\n"
             "try:\n    emulator.load('mlu')\nexcept RuntimeError as err:\n    print('REFUSED', err)\n")
     proc = run_python(["-c", code], env=_env(), cwd=TESTS, timeout=120)
     assert "REFUSED" in proc.stdout and "already loaded as 'npu'" in proc.stdout, proc.stdout[-2000:]
 
 
 def test_build_is_cached():
-    """A second build finds the compiled library and compiles nothing (what `make emulator` relies on)."""
-    sys.path.insert(0, str(TESTS))
-    from emulator import _build_ext
+    """A second build finds the compiled library and compiles nothing (what `make emulator` relies on); the
+    folder names the torch version and the source's hash, in the cache the variable names."""
+    from lightning_anyaccel.emulator import build
 
-    lib = _build_ext.build()
+    lib = build.build()
     mtime = lib.stat().st_mtime
-    assert _build_ext.build() == lib and lib.stat().st_mtime == mtime
-    assert Path(lib).parent.name.startswith("torch-")
+    assert build.build() == lib and lib.stat().st_mtime == mtime
+    assert lib.parent.name.startswith("torch-") and lib.parent.name.endswith(build.source_hash())
+    if os.environ.get(build.CACHE_ENV):
+        assert lib.parent.parent == Path(os.environ[build.CACHE_ENV])
 
 
 @pytest.mark.slow
@@ -100,8 +102,10 @@ def test_a_lesser_backend_nobody_described(tmp_path):
         == results["two devices"]
     assert results["auto bf16"] == results["auto fabric bf16"] == results["any fabric bf16"] == results["bf16"]
     assert results["verify status"] == "1"
-    for needle in ("device spec               : derived from PyTorch (no table entry)",
-                   "autocast dtypes           : none (32-true only)", "vendor package (emulator) : imported",
+    # the labels are padded to the longest, the vendor package's: the emulator's, lightning_anyaccel
+    for needle in ("device spec                         : derived from PyTorch (no table entry)",
+                   "autocast dtypes                     : none (32-true only)",
+                   "vendor package (lightning_anyaccel) : ",
                    "[PASS] single-device fit: 4 steps on acme:0", "[FAIL] 2-process collective: BackendError:",
                    "[FAIL] bf16 autocast: PrecisionNotSupportedError:", "[PASS] checkpoint round trip",
                    "VERIFICATION FAILED (failed: 2-process collective, bf16 autocast)"):
@@ -140,7 +144,8 @@ def test_collectives_complete_later_and_a_backend_without_avg(tmp_path):
 
 
 HOST_READS = """
-import ctypes, os, resource, signal, numpy, torch, emulator
+import ctypes, os, resource, signal, numpy, torch
+from lightning_anyaccel import emulator
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 emulator.load("npu")
 x = torch.arange(4.0, device="npu") * 2
@@ -171,7 +176,8 @@ def test_host_code_can_not_read_device_memory():
 
 
 STREAMS = """
-import time, torch, emulator
+import time, torch
+from lightning_anyaccel import emulator
 emulator.load("{name}")
 module = torch.get_device_module("{name}")
 x = torch.arange(4.0, device="{name}")
@@ -224,7 +230,7 @@ def test_a_missing_wait_on_a_side_stream_shows(name):
 
 
 def test_the_autoload_alone_gives_a_device_of_the_capacity_asked(tmp_path):
-    """As docs/emulator.md shows it: only ``tests/emulator/autoload`` on ``PYTHONPATH`` (no import error in the
+    """As docs/emulator.md shows it: only the autoload folder on ``PYTHONPATH`` (no import error in the
     process), ``memory=SIZE`` in the variable: an allocation past it is ``torch.OutOfMemoryError``."""
     code = ("import torch\n"
             "print('TOTAL', torch.npu.get_device_properties(1).total_memory, torch.npu.mem_get_info(1))\n"

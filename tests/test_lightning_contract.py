@@ -17,6 +17,8 @@ import pytest
 from lightning_anyaccel import _lightning, lightning_stubs
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "lightning_anyaccel"
+#: The emulated device: a torch backend (torch's private backend API, as vendors' plugins use it), no Lightning.
+EMULATOR = SRC / "emulator"
 INSTALLED = [distribution for distribution in _lightning.DISTRIBUTIONS if distribution.is_installed()]
 
 #: Private names the package uses that are not Lightning's, or are the package's own but set dynamically.
@@ -82,6 +84,8 @@ def _private_uses() -> tuple[dict[str, list[str]], set[str], list[str]]:
     defined: set[str] = set()
     imports: list[str] = []
     for path in sorted(SRC.rglob("*.py")):
+        if path.is_relative_to(EMULATOR):  # torch's backend API, no Lightning: test_the_emulator_touches_no_lightning
+            continue
         tree = ast.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -109,6 +113,23 @@ def test_no_private_lightning_name_outside_the_contract() -> None:
     unlisted = {name: where for name, where in used.items() if name not in defined | listed | set(NOT_LIGHTNING)}
     assert not unlisted, f"private names used but not in lightning_anyaccel._lightning's contract: {unlisted}"
     assert not imports, f"private Lightning imports outside lightning_anyaccel._lightning: {imports}"
+
+
+def test_the_emulator_touches_no_lightning() -> None:
+    """The emulated device is left out of the private-name check above: of Lightning it imports public names only
+    (its self-check's fit), and only its self-check imports Lightning at all."""
+    found = []
+    for path in sorted(EMULATOR.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            found += [(path.name, n) for n in names if n.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric")]
+    assert {file for file, _ in found} <= {"selfcheck.py"}, found
+    assert not [name for _, name in found if any(part.startswith("_") for part in name.split("."))], found
 
 
 def test_every_known_non_lightning_name_is_still_used() -> None:

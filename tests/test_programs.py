@@ -1,6 +1,6 @@
 """Lightning programs nobody edited for the package, put to work with ``LIGHTNING_ANYACCEL_ACTIVATE=1``.
 
-Each runs as a user runs it, on the emulated accelerator (two ``hpu`` devices, ``tests/emulator``)
+Each runs as a user runs it, on the emulated accelerator (two ``hpu`` devices, ``lightning_anyaccel.emulator``)
 in fresh processes: the variable is the only change, and the start-up hook the package installs
 (``lightning_anyaccel_startup.pth``) imports the package in every process once the program imports
 Lightning, the processes Lightning's launcher starts included. Nothing is downloaded: the data and

@@ -113,6 +113,10 @@ def test_wheel_contents_and_metadata(dist):
     with zipfile.ZipFile(wheel) as zf:
         assert zf.read("lightning_anyaccel_startup.pth") == (ROOT / "src" / "lightning_anyaccel_startup.pth").read_bytes()
     assert not [n for n in names if n.startswith(("tests/", "notebooks/", "benchmarks/"))], "wheel ships non-package files"
+    # the emulated device as source, compiled at first use (never at install: no library in the wheel)
+    assert {"lightning_anyaccel/emulator/csrc/emulator.cpp", "lightning_anyaccel/emulator/autoload/sitecustomize.py",
+            "lightning_anyaccel/emulate.py", "lightning_anyaccel/emulator/build.py"} <= set(names)
+    assert not [n for n in names if n.endswith((".so", ".o", ".pyd"))], "the wheel ships a compiled library"
     assert metadata["Version"] == __version__
     requires = [Requirement(r) for r in metadata.get_all("Requires-Dist")]
     core = {r.name: r for r in requires if r.marker is None}
@@ -122,7 +126,8 @@ def test_wheel_contents_and_metadata(dist):
     with tarfile.open(sdist) as tf:
         members = {m.name.split("/", 1)[1] for m in tf.getmembers() if "/" in m.name}
     assert {"pyproject.toml", "setup.py", "README.md", "src/lightning_anyaccel/_version.py",
-            "src/lightning_anyaccel_startup.pth"} <= members
+            "src/lightning_anyaccel_startup.pth", "src/lightning_anyaccel/emulator/csrc/emulator.cpp",
+            "src/lightning_anyaccel/emulator/autoload/sitecustomize.py"} <= members
 
 
 def test_wheel_in_a_fresh_venv_registers_and_trains(dist, tmp_path):

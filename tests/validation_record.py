@@ -28,7 +28,7 @@ from lightning_anyaccel.tools import records
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What an emulated record proves and what it does not, written into it.
-EMULATED_NOTE = ("the emulated accelerator of tests/emulator under this device type's name: real tensors and"
+EMULATED_NOTE = ("the emulated accelerator (lightning_anyaccel.emulator) under this device type's name: real tensors and"
                  " autocast on a PrivateUse1 (or torch's own xpu/hpu) device, host memory, CPU kernels,"
                  " collectives through the emulator's backend over gloo (not the vendor's collective library)")
 #: The code every pytest record covers besides the test files that ran (their commits age the record).
@@ -120,7 +120,7 @@ def write_record(path: Path, device: Any, session: pytest.Session, collector: Co
     if hasattr(session.config, "workerinput"):
         return
     files = sorted({nodeid.split("::", 1)[0] for nodeid in collector.outcomes})
-    covers = [*COMMON_COVERS, *files, *(["tests/emulator"] if device.emulated else [])]
+    covers = [*COMMON_COVERS, *files, *(["src/lightning_anyaccel/emulator"] if device.emulated else [])]
     _write(path, records.build_record(device_type=device.type, level=device.level, tests=collector.outcomes,
                                       command=_command(session), covers=covers, root=ROOT, runner="pytest",
                                       note=EMULATED_NOTE if device.emulated else ""))

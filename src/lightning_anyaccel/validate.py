@@ -38,7 +38,7 @@ from lightning_anyaccel.tools import records
 from lightning_anyaccel.tools.validation_checks import BY_NAME, CHECKS, KitCheck, judge, process_count, skip_reason, worker
 
 #: The emulated accelerator of the repository's tests announces itself in this variable: a record of a
-#: run on it is at level "emulated", never "hardware" (tests/emulator, docs/emulator.md).
+#: run on it is at level "emulated", never "hardware" (lightning_anyaccel.emulator, docs/emulator.md).
 EMULATOR_ENV = "LIGHTNING_ANYACCEL_EMULATE"
 #: Bound of one check's processes, in seconds (DeepSpeed and GPT-2 import and build more).
 CHECK_TIMEOUT = 300

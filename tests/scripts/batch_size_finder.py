@@ -2,7 +2,7 @@
 
 Run with the emulator loaded with a small capacity (docs/emulator.md):
 
-    LIGHTNING_ANYACCEL_EMULATE=acme:1:memory=96MiB PYTHONPATH=tests/emulator/autoload:src \
+    LIGHTNING_ANYACCEL_EMULATE=acme:1:memory=96MiB PYTHONPATH=src/lightning_anyaccel/emulator/autoload:src \
         python tests/scripts/batch_size_finder.py
 
 In power mode the finder doubles the batch size until a step runs out of device memory, then halves it

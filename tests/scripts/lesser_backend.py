@@ -3,7 +3,7 @@
 Run with the emulator loaded as ``acme`` (a name in no table and no code of the package) and the
 options ``noshallow,noautocast,nocollectives`` (docs/emulator.md):
 
-    LIGHTNING_ANYACCEL_EMULATE=acme:2:noshallow,noautocast,nocollectives PYTHONPATH=tests/emulator/autoload:src \
+    LIGHTNING_ANYACCEL_EMULATE=acme:2:noshallow,noautocast,nocollectives PYTHONPATH=src/lightning_anyaccel/emulator/autoload:src \
         python tests/scripts/lesser_backend.py
 
 Each section trains or is refused for real on the emulated device, and prints one ``RESULT name: value``

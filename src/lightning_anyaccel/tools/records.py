@@ -6,7 +6,7 @@ the validation kit ``python -m lightning_anyaccel.validate`` (:mod:`lightning_an
 It says:
 
 - where: the device type, the level (``hardware``: a real device, CPU included; ``emulated``: the
-  emulated accelerator of ``tests/emulator``; ``simulated``: torch's device API replaced with fakes),
+  emulated accelerator ``lightning_anyaccel.emulator``; ``simulated``: torch's device API replaced with fakes),
   the device's name and count, the most processes a passing test trained with;
 - what code: the commit, whether the tree had uncommitted changes, and the paths the run exercised
   (``covers``: the support matrix counts the commits to them since, :func:`age`);

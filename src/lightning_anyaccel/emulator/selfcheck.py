@@ -1,4 +1,4 @@
-"""What the emulated device does, checked in one process: ``python -m emulator.selfcheck NAME``.
+"""What the emulated device does, checked in one process: ``python -m lightning_anyaccel.emulator.selfcheck NAME``.
 
 Run by tests/test_emulator.py in a fresh interpreter (a process hosts one PrivateUse1 backend,
 and the fork checks need a parent that has or has not initialised the device). Prints ``OK``.
@@ -15,7 +15,7 @@ import torch
 
 
 def main(name: str) -> None:
-    import emulator
+    from lightning_anyaccel import emulator
 
     module = emulator.load(name)
     assert torch.accelerator.current_accelerator() == torch.device(name)

@@ -11,13 +11,14 @@ collective's stream wrote so far. The works of a group complete in the order the
 communication stream): waiting for one completes those issued before it.
 
 Data really moves between processes; what this can not show is a vendor library's behaviour (its
-algorithms, its streams, its failures). Options of the emulator (``tests/emulator/__init__.py``):
+algorithms, its streams, its failures). Options of the emulator (``lightning_anyaccel/emulator/names.py``):
 ``noavg`` makes the backend refuse ``ReduceOp.AVG`` at the call, as some vendors' libraries do.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -28,6 +29,16 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Work
 
 ReduceOp = dist.ReduceOp
+
+#: Called with each work when it is issued (the run command's report notes where: ``problems.py``).
+on_issue: Callable[[EmulatedWork], None] | None = None
+#: Every group's stream of works, to find at exit the works nobody waited for (:func:`pending_works`).
+_streams: weakref.WeakSet[_Stream] = weakref.WeakSet()
+
+
+def pending_works() -> list[EmulatedWork]:
+    """The works issued and never completed: nobody waited for them, nor for a work issued after them."""
+    return [work for stream in list(_streams) for work in list(stream._pending) if not work.done]
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:
@@ -47,6 +58,7 @@ class _Stream:
         self._pending: deque[EmulatedWork] = deque()
         self._cond = threading.Condition()
         self._busy = False  # a thread is completing the work at the head
+        _streams.add(self)
 
     def issue(self, work: EmulatedWork) -> None:
         with self._cond:
@@ -82,6 +94,8 @@ class EmulatedWork(Work):
         self._future: torch.futures.Future = torch.futures.Future()
         self._error: BaseException | None = None
         stream.issue(self)
+        if on_issue is not None:
+            on_issue(self)
 
     @property
     def done(self) -> bool:

@@ -1,0 +1,85 @@
+"""The emulated device's names and the specs that describe it (``npu``, ``emu:4``, ``acme:2:noavg,memory=1GiB``)."""
+
+from __future__ import annotations
+
+import re
+
+#: The environment variable the autoload hook reads (``npu``, ``mlu``, ``emu:4`` for 4 devices,
+#: ``acme:2:noshallow,noautocast`` for 2 devices of a lesser backend, ``acme:2:memory=256MiB`` for 2
+#: devices of 256 MiB each).
+ENV_VAR = "LIGHTNING_ANYACCEL_EMULATE"
+
+#: What each emulated device holds unless ``memory_bytes``/``memory=SIZE`` says otherwise: past it,
+#: allocation raises ``torch.OutOfMemoryError``. Address space only: host memory is used as tensors use it.
+DEFAULT_MEMORY_BYTES = 16 << 30
+
+#: The collective backend registered for the emulated device type. Vendors register theirs
+#: (hccl, cncl, ...) the same way; a name of its own keeps records from claiming a vendor library ran.
+BACKEND = "emuccl"
+
+#: ``NAME:COUNT:OPTION,OPTION`` options: what the backend lacks, as some vendors' backends do.
+OPTIONS: dict[str, str] = {
+    "noshallow": "tensors can not be shallow-copied into CPU tensors (`aten::_has_compatible_shallow_copy_type` is"
+                 " False): `module.to(device)` replaces parameters instead of moving them in place",
+    "noautocast": "the device module has no `get_amp_supported_dtype`/`is_bf16_supported`: `torch.autocast` fails",
+    "nocollectives": "no collective backend is registered for the device type",
+    "noavg": "the collective backend refuses `ReduceOp.AVG` when it is called, as some vendors' libraries do (a"
+             " mean is a sum divided by the group's size there)",
+}
+
+#: Device types torch builds in that the emulator serves on their own dispatch keys (no rename).
+BUILTIN_TYPES = ("xpu", "hpu")
+
+#: The vendors' collective backends of the built-in types, which the emulator provides under
+#: their names: ``hccl`` registered as Habana's bridge registers it, ``xccl`` through a stand-in of
+#: torch's own ``ProcessGroupXCCL`` binding (see ``_stand_in_process_group_xccl``).
+VENDOR_BACKENDS = {"hpu": "hccl", "xpu": "xccl"}
+
+
+def backend_name(device_type: str) -> str:
+    """The collective backend name registered for the emulated ``device_type``."""
+    return VENDOR_BACKENDS.get(device_type, BACKEND)
+
+
+def parse_spec(spec: str) -> tuple[str, int]:
+    """``"npu"`` -> ``("npu", 2)``, ``"emu:4"`` -> ``("emu", 4)`` (options, a third field, are :func:`parse_options`'s)."""
+    name, _, rest = spec.partition(":")
+    count = rest.partition(":")[0]
+    return name.strip(), int(count) if count else 2
+
+
+def parse_options(spec: str) -> frozenset[str]:
+    """``"acme:2:noshallow,noautocast"`` -> ``{"noshallow", "noautocast"}``; unknown options raise, listing :data:`OPTIONS`.
+
+    ``memory=SIZE`` is not a flag: :func:`parse_memory_bytes` reads it.
+    """
+    fields = spec.split(":")
+    options = frozenset(o.strip() for o in (fields[2] if len(fields) > 2 else "").split(",")
+                        if o.strip() and not o.strip().startswith(_MEMORY_OPTION))
+    unknown = sorted(options - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"Unknown emulator option(s) {unknown} in {spec!r}; known: {', '.join(OPTIONS)}.")
+    return options
+
+
+_MEMORY_OPTION = "memory="
+_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+          "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+
+def parse_memory_bytes(spec: str) -> int | None:
+    """``"acme:2:memory=256MiB"`` -> ``268435456`` (the capacity of each device); ``None`` where the spec sets none.
+
+    Sizes are bytes or a number with a unit: ``KiB``, ``MiB``, ``GiB``, ``TiB`` (powers of 1024) or ``KB``,
+    ``MB``, ``GB``, ``TB`` (powers of 1000).
+    """
+    fields = spec.split(":")
+    sizes = [o.strip()[len(_MEMORY_OPTION):] for o in (fields[2] if len(fields) > 2 else "").split(",")
+             if o.strip().startswith(_MEMORY_OPTION)]
+    if not sizes:
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*", sizes[-1])
+    if match is None:
+        raise ValueError(f"Unknown memory size {sizes[-1]!r} in {spec!r}; write e.g. memory=256MiB, memory=2GiB or"
+                         f" memory=1000000 (bytes).")
+    return int(float(match.group(1)) * _UNITS[match.group(2) or ""])
