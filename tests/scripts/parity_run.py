@@ -1,10 +1,10 @@
-"""One multi-process parity job: each strategy of ``--strategy`` (comma-separated) trains ``--steps`` optimizer
+"""One multi-process parity job: each ``STRATEGY[:CONTROL]`` of ``--strategy`` (comma-separated) trains ``--steps`` optimizer
 steps in the same 2 processes, then rank 0 trains the serial one-device reference from the same weights and rows.
 
-Every process writes ``<out>/<strategy>.rank<R>.json`` (per step: global gradient norm before and after
+Every process writes ``<out>/<strategy>[-<control>].rank<R>.json`` (per step: global gradient norm before and after
 clipping, every trainable tensor's full gradient before clipping and update; at the end every frozen tensor), rank 0 also
 ``<out>/reference.json``; ``lightning_anyaccel.tools.parity.compare`` judges them (``tests/test_parity.py``).
-``--control`` installs a fault the check must reject: ``drop_rank`` (rank 1's gradients left out: zeroed
+A ``CONTROL`` installs a fault the check must reject: ``drop_rank`` (rank 1's gradients left out: zeroed
 before the all-reduce), ``sum`` (gradients summed instead of averaged), ``skip_update`` (rank 1 skips the
 optimizer step), ``unsharded`` (FSDP2: a parameter that no ``fully_shard`` manages, so it is never averaged;
 the strategy's own refusal of it switched off), ``unsharded_guard`` (the same, with the refusal in place).
@@ -54,7 +54,7 @@ class Net(torch.nn.Module):
 
 
 def full(t: torch.Tensor) -> torch.Tensor:
-    return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().float().cpu()
+    return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().float().cpu().clone()  # a copy, not a view
 
 
 class ParityModule(L.LightningModule):
@@ -108,12 +108,9 @@ class ParityModule(L.LightningModule):
         self.records.append({"norm_before": global_norm(grads.values()), "norm_after": global_norm(clipped),
                              "grads": {n: g.flatten().tolist() for n, g in grads.items()}})
         self._old = {n: full(p) for n, p in params.items()}
-
-    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
         if self.control == "skip_update" and self.global_rank == 1:
-            optimizer_closure()
-            return
-        optimizer.step(closure=optimizer_closure)
+            for p in params.values():
+                p.grad = None  # SGD leaves a parameter without a gradient as it is: this rank skips the update
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.records[-1]["update"] = {n: (full(p) - self._old[n]).flatten().tolist()
@@ -137,24 +134,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device-type", default="cpu")
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--control", default="none")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    if args.control == "unsharded":  # the strategy refuses this before fitting: switched off to show parity catches it too
+    jobs = [(entry, *entry.partition(":")[::2]) for entry in args.strategy.split(",")]
+    if any(control == "unsharded" for _, _, control in jobs):  # the strategy refuses this before fitting: switched off to show parity catches it too
         from lightning_anyaccel.strategies import model_parallel
 
         model_parallel.refuse_unsharded_parameters = lambda module, world_size: None  # type: ignore[assignment]
     torch.set_num_threads(1)
     out = Path(args.out)
     rank = 0
-    for name in args.strategy.split(","):
-        module = ParityModule(args.steps, args.control)
+    for entry, name, control in jobs:
+        module = ParityModule(args.steps, control or "none")
         trainer = L.Trainer(accelerator=AnyAccelerator(args.device_type), strategy=build_strategy(name),
                             devices=args.devices, max_steps=args.steps, logger=False, enable_checkpointing=False,
                             enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False)
         trainer.fit(module)
         rank = trainer.global_rank
-        (out / f"{name}.rank{rank}.json").write_text(json.dumps({"steps": module.records, "frozen": module.frozen()}))
+        (out / f"{entry.replace(':', '-')}.rank{rank}.json").write_text(json.dumps({"steps": module.records, "frozen": module.frozen()}))
     if rank == 0:
         device = torch.device(args.device_type)
         x, y = rows(args.steps)
