@@ -172,9 +172,6 @@ GROUPS = {
     "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine": "one-process",
     "tests/test_sharding_cpu.py": "sharding",
     "tests/test_workloads.py": "workloads",
-    # each 2-process parity job (a module fixture) once: its tests on one worker
-    "tests/test_parity.py::test_two_processes_match_one_device": "parity",
-    "tests/test_parity.py::test_negative_controls_are_rejected": "parity-controls",
     "tests/test_release.py": "release",
     "tests/test_journeys.py::test_fsdp_by_name_under_slurm": "slurm",
     "tests/test_scaleout_launch.py::test_slurm_sbatch_and_srun": "slurm",

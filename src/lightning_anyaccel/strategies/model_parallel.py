@@ -121,25 +121,6 @@ def reduce_gradients_with_sum(module: Module) -> None:
             force_sum(True)
 
 
-def refuse_unsharded_parameters(module: Module, world_size: int) -> None:
-    """Refuse, before fitting, a trainable parameter that no ``fully_shard`` (or tensor parallel plan) manages.
-
-    FSDP2 averages the gradients of the parameters it manages (they are ``DTensor`` s) and nothing else:
-    a plain trainable parameter would train on each rank's own gradient, silently diverging across ranks.
-    One process has nothing to average, so it is accepted there.
-    """
-    from torch.distributed.tensor import DTensor
-
-    loose = [name for name, p in module.named_parameters() if p.requires_grad and not isinstance(p, DTensor)]
-    if world_size > 1 and loose:
-        shown = ", ".join(loose[:5]) + (f" and {len(loose) - 5} more" if len(loose) > 5 else "")
-        raise ShardingNotSupportedError(
-            f"No fully_shard manages the trainable parameter(s) {shown}: their gradients would never be averaged"
-            f" across the {world_size} processes. Call fully_shard on the module that holds them (or on the root"
-            " module, after its blocks) in configure_model / parallelize_fn, or freeze them (requires_grad_(False))."
-        )
-
-
 class AnyModelParallelMixin(AnyShardedMixin):
     """FSDP2 and tensor parallelism through Lightning's ``ModelParallelStrategy`` (either front end).
 
@@ -163,10 +144,8 @@ class AnyModelParallelStrategy(AtomicSaveMixin, AnyModelParallelMixin, ModelPara
 
     @override
     def setup(self, trainer: Any) -> None:
-        """Lightning's setup of the model ``configure_model`` sharded (every trainable parameter managed by
-        ``fully_shard``: :func:`refuse_unsharded_parameters`), its gradients reduced with a sum."""
+        """Lightning's setup of the model ``configure_model`` sharded, its gradients reduced with a sum."""
         if self.model is not None:
-            refuse_unsharded_parameters(self.model, self.world_size)
             reduce_gradients_with_sum(self.model)
         super().setup(trainer)
 
@@ -212,14 +191,11 @@ class FabricModelParallelStrategy(FabricAtomicSaveMixin, AnyModelParallelMixin, 
 
     @override
     def setup_module(self, module: Module) -> Module:
-        """Lightning's (the ``parallelize_fn`` shards ``module``; every trainable parameter must be managed:
-        :func:`refuse_unsharded_parameters`), the gradients then reduced with a sum."""
+        """Lightning's (the ``parallelize_fn`` shards ``module``), the gradients then reduced with a sum."""
         module = super().setup_module(module)
-        refuse_unsharded_parameters(module, self.world_size)
         reduce_gradients_with_sum(module)
         return module
 
 
 __all__ = ["FABRIC_SETUP", "NAMES", "SETUP", "AnyModelParallelMixin", "AnyModelParallelStrategy",
-           "FabricModelParallelStrategy", "fully_shard_data_parallel", "reduce_gradients_with_sum",
-           "refuse_unsharded_parameters"]
+           "FabricModelParallelStrategy", "fully_shard_data_parallel", "reduce_gradients_with_sum"]
