@@ -32,10 +32,10 @@ def _strategies(device_type: str) -> list[str]:
 
 #: Each control, the strategy it breaks, and what the rejection must name (tensor and step).
 CONTROLS = {
-    "ddp+drop_rank_grad": r"step 1: global gradient norm before clipping",
-    "ddp+sum_grads": r"step 1: global gradient norm before clipping",
+    "ddp+drop_rank_grad": r"rank 0, step 1: gradient of tensor \S+ differs",
+    "ddp+sum_grads": r"rank 0, step 1: gradient of tensor \S+ differs",
     "ddp+skip_update": r"rank 1, step 1: update of tensor \S+ differs",
-    "fsdp2+unsharded_param": r"step 1: gradient of tensor 5\.gain differs",
+    "fsdp2+unsharded_param": r"rank 0, step 1: gradient of tensor 5\.gain differs",
 }
 STRATEGY_NAMES = ["ddp", "fsdp", "fsdp_grad_op", "fsdp2", "deepspeed_1", "deepspeed_2", "deepspeed_3",
                   "deepspeed_3_offload"]

@@ -162,6 +162,8 @@ class ParityModule(LightningModule):
         self.net = build_net()
         self.control = control
         self.steps: list[dict[str, Any]] = []
+        self.losses: list[float] = []
+        self.param_device = self.batch_device = ""
         self._before: dict[str, torch.Tensor] = {}
         self._record = StepRecord()
 
@@ -190,6 +192,7 @@ class ParityModule(LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
         loss = torch.nn.functional.mse_loss(self(x).float(), y)
+        self.losses.append(float(loss.detach()))
         if self.control == "drop_rank_grad" and self.global_rank == 1:
             loss = loss * 0.0
         if self.control == "sum_grads":
@@ -217,6 +220,7 @@ class ParityModule(LightningModule):
 
     @override
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self.param_device, self.batch_device = str(next(self.net[2].parameters()).device), str(batch[0].device)
         self._before = self.full_tensors()
         self._record = StepRecord()
 
@@ -239,6 +243,7 @@ class ParityModule(LightningModule):
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
         if self.control == "skip_update" and self.global_rank == 1:
             optimizer_closure()  # forward and backward (and their collectives), but no update
+            self.configure_gradient_clipping(optimizer)  # as the step's closure would: clip and record
             return
         optimizer.step(closure=optimizer_closure)
 
@@ -314,18 +319,13 @@ def compare(strategy: str, reference: list[dict[str, Any]], ranks: list[list[dic
     """
     if not ranks:
         raise ParityError(f"{strategy}: no rank reported")
-    largest = {"norm": 0.0, "grad": 0.0, "update": 0.0}
+    largest = {"norm": 0.0, "grads": 0.0, "update": 0.0}
     for rank, steps in enumerate(ranks):
         if len(steps) != len(reference):
             raise ParityError(f"{strategy}: rank {rank} made {len(steps)} optimizer steps, the reference {len(reference)}")
-        for step, (got, want) in enumerate(zip(steps, reference)):
-            where = f"{strategy}, rank {rank}, step {step + 1}"
-            for key in ("norm_before", "norm_after"):
-                difference = abs(got[key] - want[key]) / max(abs(want[key]), atol / rtol)
-                largest["norm"] = max(largest["norm"], difference)
-                if difference > rtol:
-                    raise ParityError(f"{where}: global gradient {key.replace('_', ' ')} clipping is {got[key]:.8g},"
-                                      f" one device computed {want[key]:.8g} (relative difference {difference:.2e})")
+    for step, want in enumerate(reference):  # the earliest step that differs, on any rank, is the one named
+        for rank, steps in enumerate(ranks):
+            got, where = steps[step], f"{strategy}, rank {rank}, step {step + 1}"
             for key in ("grads", "update"):
                 if set(got[key]) != set(want[key]):
                     raise ParityError(f"{where}: {key} of {sorted(got[key])}, the reference has {sorted(want[key])}")
@@ -335,18 +335,25 @@ def compare(strategy: str, reference: list[dict[str, Any]], ranks: list[list[dic
                         raise ParityError(f"{where}: {key} of tensor {name} has shape {tuple(value.shape)},"
                                           f" the reference {tuple(expected.shape)}")
                     difference, index = _relative(value, expected, rtol, atol)
-                    largest["grad" if key == "grads" else "update"] = max(
-                        largest["grad" if key == "grads" else "update"], difference)
+                    largest[key] = max(largest[key], difference)
                     if not torch.isclose(value, expected, rtol=rtol, atol=atol).all():
-                        flat_got, flat_want = value.flatten()[index], expected.flatten()[index]
                         raise ParityError(f"{where}: {'gradient' if key == 'grads' else 'update'} of tensor {name}"
-                                          f" differs: element {index} is {float(flat_got):.8g}, one device computed"
-                                          f" {float(flat_want):.8g} (relative difference {difference:.2e},"
-                                          f" tolerance rtol {rtol:g} atol {atol:g})")
+                                          f" differs: element {index} is {float(value.flatten()[index]):.8g}, one"
+                                          f" device computed {float(expected.flatten()[index]):.8g} (relative"
+                                          f" difference {difference:.2e}, tolerance rtol {rtol:g} atol {atol:g})")
+                if key == "update":
+                    continue
+                for norm in ("norm_before", "norm_after"):  # after the gradients: a wrong one names its tensor
+                    difference = abs(got[norm] - want[norm]) / max(abs(want[norm]), atol / rtol)
+                    largest["norm"] = max(largest["norm"], difference)
+                    if difference > rtol:
+                        raise ParityError(f"{where}: global gradient {norm.replace('_', ' ')} clipping is"
+                                          f" {got[norm]:.8g}, one device computed {want[norm]:.8g}"
+                                          f" (relative difference {difference:.2e})")
             for name, expected in want["frozen"].items():
                 if name not in got["frozen"] or not torch.equal(got["frozen"][name], expected):
                     raise ParityError(f"{where}: frozen tensor {name} changed (it must stay bit-identical)")
-    return ParityReport(strategy, len(reference), largest["norm"], largest["grad"], largest["update"], rtol, atol)
+    return ParityReport(strategy, len(reference), largest["norm"], largest["grads"], largest["update"], rtol, atol)
 
 
 __all__ = ["ATOL", "BF16_ATOL", "BF16_RTOL", "CONTROLS", "RTOL", "ParityError", "ParityModule", "ParityReport",

@@ -53,8 +53,8 @@ def build_strategy(name: str) -> Any:
 
 
 def fit(device_type: str | None, strategy: str, devices: int, num_nodes: int, precision: str, control: str,
-        out: Path) -> None:
-    """Train one strategy ``parity.STEPS`` steps and write this rank's steps to ``out/rank<N>.pt``."""
+        out: Path) -> tuple[Any, parity.ParityModule]:
+    """Train one strategy ``parity.STEPS`` steps, write this rank's steps to ``out/rank<N>.pt``; the Trainer, the model."""
     from lightning.pytorch import Trainer
 
     from lightning_anyaccel.accelerator import AnyAccelerator
@@ -68,6 +68,7 @@ def fit(device_type: str | None, strategy: str, devices: int, num_nodes: int, pr
     trainer.fit(model)
     out.mkdir(parents=True, exist_ok=True)
     torch.save(model.steps, out / f"rank{trainer.global_rank}.pt")
+    return trainer, model
 
 
 def judge(out: Path, strategy: str, processes: int, precision: str = "32-true") -> parity.ParityReport:
