@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -75,7 +76,7 @@ def loader(world_size: int, rank: int) -> DataLoader[Any]:
     from torch.utils.data.distributed import DistributedSampler
 
     data = dataset(world_size)
-    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=False)
+    sampler: DistributedSampler[Any] = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=False)
     return DataLoader(data, batch_size=PER_RANK_BATCH, sampler=sampler)
 
 
@@ -212,8 +213,8 @@ class ParityModule(LightningModule):
         if kind == "fsdp":
             from torch.distributed.fsdp import FullyShardedDataParallel
 
-            with FullyShardedDataParallel.summon_full_params(self.trainer.strategy.model, with_grads=grads,
-                                                             writeback=False):
+            root: Any = self.trainer.strategy.model
+            with FullyShardedDataParallel.summon_full_params(root, with_grads=grads, writeback=False):
                 named = [(_clean(n), p) for n, p in self.named_parameters() if p.requires_grad or not grads]
                 return {n: _host(p.grad if grads else p) for n, p in named}
         return {n: _host(p.grad if grads else p) for n, p in named}
@@ -234,7 +235,8 @@ class ParityModule(LightningModule):
             self._record.norm_after = global_norm({n: g * coefficient for n, g in grads.items()})
             return
         if _kind(self) == "fsdp":
-            self.trainer.strategy.model.clip_grad_norm_(CLIP)
+            root: Any = self.trainer.strategy.model  # FSDP's own clipping: the norm over every shard
+            root.clip_grad_norm_(CLIP)
         else:  # DTensor gradients (FSDP2) are clipped by their global norm too
             torch.nn.utils.clip_grad_norm_([p for p in self.parameters() if p.requires_grad], CLIP)
         self._record.norm_after = global_norm(self.full_tensors(grads=True))
@@ -256,7 +258,7 @@ class ParityModule(LightningModule):
         self.steps.append(self._record.as_dict())
 
 
-def _deepspeed_tensors(named: list[tuple[str, torch.Tensor]], grads: bool) -> dict[str, torch.Tensor]:
+def _deepspeed_tensors(named: Sequence[tuple[str, torch.Tensor]], grads: bool) -> dict[str, torch.Tensor]:
     """Full tensors under ZeRO-1/2/3 through DeepSpeed's public helpers (ZeRO-3 gathers on every rank)."""
     import deepspeed
     from deepspeed.utils import safe_get_full_grad
