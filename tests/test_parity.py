@@ -87,3 +87,40 @@ def test_negative_controls_are_rejected(parity_job, run):
     with pytest.raises(ParityError, match=CONTROLS[run]) as rejected:
         judge(parity_job, run, processes=2)
     assert run in str(rejected.value)
+
+
+GUARD = """
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
+from lightning_anyaccel.strategies.model_parallel import refuse_unsharded_parameters
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=0, world_size=1)
+mesh = init_device_mesh("cpu", (1,))
+net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+net[2].requires_grad_(False)  # frozen: nothing to average, allowed
+fully_shard(net[0], mesh=mesh)
+try:
+    refuse_unsharded_parameters(net)
+except ShardingNotSupportedError as err:
+    print("REFUSED", err)
+net.allow_unsharded_parameters = True
+refuse_unsharded_parameters(net)  # the opt-out
+del net.allow_unsharded_parameters
+fully_shard(net, mesh=mesh)  # the root group takes the rest
+refuse_unsharded_parameters(net)
+print("ACCEPTED")
+dist.destroy_process_group()
+"""
+
+
+def test_fsdp2_refuses_a_trainable_parameter_no_fully_shard_manages():
+    """The FSDP2 guard (``strategies/model_parallel.py``), run by both front ends' setup before fitting:
+    a trainable parameter outside every ``fully_shard`` is refused by name with the fix; frozen ones are not."""
+    from lightning_anyaccel.tools.local_runs import free_port
+
+    proc = run_python(["-c", GUARD.format(port=free_port())], timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    refused = next(line for line in proc.stdout.splitlines() if line.startswith("REFUSED"))
+    assert "1.weight, 1.bias" in refused and "0.weight" not in refused and "2." not in refused, refused
+    assert "never be averaged" in refused and "fully_shard" in refused and "ACCEPTED" in proc.stdout

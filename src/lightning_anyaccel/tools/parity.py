@@ -29,9 +29,14 @@ from typing_extensions import override
 #: fp32 tolerance of :func:`compare`: every relative difference measured on CPU and the emulated
 #: devices with DDP, FSDP, FSDP2 and DeepSpeed ZeRO-1/2/3 is below 1e-6 (reduction order only).
 RTOL, ATOL = 1e-5, 1e-6
-#: What the serial bf16-mixed reference and a 2-process bf16-mixed run may differ by: bf16 keeps 8
-#: significant bits (relative spacing 2**-8 = 3.9e-3), and autocast rounds each matmul's output once.
-BF16_RTOL, BF16_ATOL = 2e-2, 1e-3
+#: bf16-mixed (:func:`compare_bf16`): a tensor's relative 2-norm difference ``|a - b| / |b|`` from the serial
+#: bf16 run. bf16 keeps 8 significant bits (spacing 2**-8 = 3.9e-3): each rank's weight gradient is rounded
+#: to bf16 over its half of the rows, the serial one over all rows, so elements differ by a few 2**-8;
+#: a broken reduction differs by 0.2 or more (the negative controls).
+BF16_RTOL = 2e-2
+#: The validity gate of :func:`compare_bf16`: the serial bf16 run differs from the serial fp32 run by at
+#: least this (relative 2-norm, some gradient), or autocast did not compute in bf16 and the check proves nothing.
+BF16_GATE = 1e-4
 INPUTS, HIDDEN, PER_RANK_BATCH, STEPS, CLIP, LR = 16, 32, 8, 3, 0.5, 0.1
 #: Options of :class:`ParityModule` that break a strategy on purpose: the check must reject each.
 CONTROLS = ("none", "drop_rank_grad", "sum_grads", "skip_update", "unsharded_param")
@@ -162,6 +167,8 @@ class ParityModule(LightningModule):
             raise ValueError(f"control must be one of {CONTROLS}, not {control!r}")
         self.net = build_net()
         self.control = control
+        #: the control runs past the FSDP2 guard (strategies/model_parallel.py) to show parity rejects it too
+        self.allow_unsharded_parameters = control == "unsharded_param"
         self.steps: list[dict[str, Any]] = []
         self.losses: list[float] = []
         self.param_device = self.batch_device = ""
@@ -358,5 +365,47 @@ def compare(strategy: str, reference: list[dict[str, Any]], ranks: list[list[dic
     return ParityReport(strategy, len(reference), largest["norm"], largest["grads"], largest["update"], rtol, atol)
 
 
-__all__ = ["ATOL", "BF16_ATOL", "BF16_RTOL", "CONTROLS", "RTOL", "ParityError", "ParityModule", "ParityReport",
+def _l2(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-12))
+
+
+def compare_bf16(strategy: str, reference: list[dict[str, Any]], fp32: list[dict[str, Any]],
+                 ranks: list[list[dict[str, Any]]], rtol: float = BF16_RTOL) -> ParityReport:
+    """bf16-mixed parity: every rank against the serial bf16-mixed run, per tensor by relative 2-norm.
+
+    The validity gate comes first: the serial bf16 run must differ from the serial fp32 run (``fp32``)
+    by :data:`BF16_GATE` or more in some gradient, or the device did not compute in bf16 and a match
+    would prove nothing (``ParityError``). Frozen tensors must stay bit-identical.
+    """
+    effect = max(_l2(b["grads"][n], f["grads"][n]) for b, f in zip(reference, fp32) for n in b["grads"])
+    if effect < BF16_GATE:
+        raise ParityError(f"{strategy}: the serial bf16-mixed run equals the fp32 run (largest relative difference"
+                          f" {effect:.1e} < {BF16_GATE:g}): autocast did not compute in bf16, the check proves nothing")
+    largest = {"norm": 0.0, "grads": 0.0, "update": 0.0}
+    for step, want in enumerate(reference):
+        for rank, steps in enumerate(ranks):
+            if len(steps) != len(reference):
+                raise ParityError(f"{strategy}: rank {rank} made {len(steps)} steps, the reference {len(reference)}")
+            got, where = steps[step], f"{strategy} (bf16-mixed), rank {rank}, step {step + 1}"
+            for key in ("grads", "update"):
+                for name, expected in want[key].items():
+                    difference = _l2(got[key][name], expected)
+                    largest[key] = max(largest[key], difference)
+                    if difference > rtol:
+                        raise ParityError(f"{where}: {'gradient' if key == 'grads' else 'update'} of tensor {name}"
+                                          f" differs from one device's bf16 run by {difference:.2e} (relative"
+                                          f" 2-norm, tolerance {rtol:g})")
+            for norm in ("norm_before", "norm_after"):
+                difference = abs(got[norm] - want[norm]) / abs(want[norm])
+                largest["norm"] = max(largest["norm"], difference)
+                if difference > rtol:
+                    raise ParityError(f"{where}: global gradient {norm.replace('_', ' ')} clipping is {got[norm]:.6g},"
+                                      f" one device's bf16 run {want[norm]:.6g}")
+            for name, expected in want["frozen"].items():
+                if not torch.equal(got["frozen"][name], expected):
+                    raise ParityError(f"{where}: frozen tensor {name} changed (it must stay bit-identical)")
+    return ParityReport(strategy, len(reference), largest["norm"], largest["grads"], largest["update"], rtol, 0.0)
+
+
+__all__ = ["ATOL", "BF16_GATE", "BF16_RTOL", "compare_bf16", "CONTROLS", "RTOL", "ParityError", "ParityModule", "ParityReport",
            "build_net", "compare", "global_norm", "loader", "reference_run"]

@@ -3,9 +3,11 @@ r"""Run :mod:`~lightning_anyaccel.tools.parity` for strategies: the serial refer
 One launch trains every run of ``--strategy`` (comma-separated) one after the other in the same
 processes, a new Trainer each; rank 0 first computes the serial reference on its device. A run is a
 strategy's short name, or ``NAME+CONTROL`` to break it on purpose (``ddp+sum_grads``: a negative
-control of :data:`lightning_anyaccel.tools.parity.CONTROLS`). Files::
+control of :data:`lightning_anyaccel.tools.parity.CONTROLS`), ``@bf16`` at the end to train it in
+bf16-mixed (``fsdp2@bf16``; ``--precision`` is the others'). Files::
 
     <out>/reference.pt              the serial run's steps (rank 0, before any strategy)
+    <out>/reference-bf16.pt         the serial bf16-mixed run, where a run is ``NAME@bf16``
     <out>/<run>/rank<N>.pt          what rank N saw, as full tensors
 
 :func:`judge` compares them (:func:`lightning_anyaccel.tools.parity.compare`). The tests run it from
@@ -82,8 +84,10 @@ def judge(out: Path, strategy: str, processes: int, precision: str = "32-true") 
         if not path.exists():
             raise parity.ParityError(f"{strategy}: rank {rank} wrote no results ({path})")
         ranks.append(torch.load(path, weights_only=False))
-    rtol, atol = (parity.BF16_RTOL, parity.BF16_ATOL) if precision == "bf16-mixed" else (parity.RTOL, parity.ATOL)
-    return parity.compare(strategy, reference, ranks, rtol=rtol, atol=atol)
+    if precision == "bf16-mixed":
+        bf16 = torch.load(out / "reference-bf16.pt", weights_only=False)
+        return parity.compare_bf16(strategy, bf16, reference, ranks)
+    return parity.compare(strategy, reference, ranks)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -95,9 +99,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--precision", default="32-true", choices=("32-true", "bf16-mixed"))
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    runs = [(run, *run.partition("+")[::2]) for run in args.strategy.split(",")]
-    if unknown := [run for run, name, control in runs if name not in STRATEGIES or (control or "none") not in parity.CONTROLS]:
-        parser.error(f"--strategy: {', '.join(unknown)}: each must be NAME or NAME+CONTROL, NAME among"
+    runs = [(run, *run.partition("@")[0].partition("+")[::2],
+             "bf16-mixed" if run.endswith("@bf16") else args.precision) for run in args.strategy.split(",")]
+    if unknown := [run for run, name, control, _ in runs
+                   if name not in STRATEGIES or (control or "none") not in parity.CONTROLS]:
+        parser.error(f"--strategy: {', '.join(unknown)}: each must be NAME[+CONTROL][@bf16], NAME among"
                      f" {', '.join(STRATEGIES)}, CONTROL among {', '.join(parity.CONTROLS)}")
     from lightning_anyaccel.accelerator import AnyAccelerator
     from lightning_anyaccel.device.devices import device_of
@@ -110,6 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     if first and not (out / "reference.pt").exists():  # the launching process, before it starts any rank
         out.mkdir(parents=True, exist_ok=True)
         device = device_of(str(AnyAccelerator(args.device_type).device_type), 0)
-        torch.save(parity.reference_run(device, args.devices * args.num_nodes, args.precision), out / "reference.pt")
-    for run, name, control in runs:
-        fit(args.device_type, name, args.devices, args.num_nodes, args.precision, control or "none", out / run)
+        world_size = args.devices * args.num_nodes
+        torch.save(parity.reference_run(device, world_size), out / "reference.pt")
+        if any(precision == "bf16-mixed" for *_, precision in runs):
+            torch.save(parity.reference_run(device, world_size, "bf16-mixed"), out / "reference-bf16.pt")
+    for run, name, control, precision in runs:
+        fit(args.device_type, name, args.devices, args.num_nodes, precision, control or "none", out / run)
