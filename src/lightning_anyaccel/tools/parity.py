@@ -244,7 +244,15 @@ class ParityModule(LightningModule):
         if _kind(self) == "fsdp":
             root: Any = self.trainer.strategy.model  # FSDP's own clipping: the norm over every shard
             root.clip_grad_norm_(CLIP)
-        else:  # DTensor gradients (FSDP2) are clipped by their global norm too
+        elif _kind(self) == "fsdp2":
+            # the global norm, measured from the full gradients, scales every shard by a Python number:
+            # torch's clip_grad_norm_ multiplies DTensor gradients by a device tensor, which DTensor's
+            # dispatch refuses on the emulated hpu (an AssertionError in torch 2.13)
+            coefficient = min(1.0, CLIP / (self._record.norm_before + 1e-6))
+            for p in self.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(coefficient)
+        else:
             torch.nn.utils.clip_grad_norm_([p for p in self.parameters() if p.requires_grad], CLIP)
         self._record.norm_after = global_norm(self.full_tensors(grads=True))
 
