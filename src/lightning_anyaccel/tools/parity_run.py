@@ -10,7 +10,7 @@ bf16-mixed (``fsdp2@bf16``; ``--precision`` is the others'). Files::
     <out>/reference-bf16.pt         the serial bf16-mixed run, where a run is ``NAME@bf16``
     <out>/<run>/rank<N>.pt          what rank N saw, as full tensors
 
-:func:`judge` compares them (:func:`lightning_anyaccel.tools.parity.compare`). The tests run it from
+:func:`judge` compares them (:mod:`lightning_anyaccel.tools.parity_compare`). The tests run it from
 ``tests/scripts/parity_run.py`` (popen DDP re-runs the script per rank); the validation kit from its worker.
 """
 
@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from lightning_anyaccel.tools import parity
+from lightning_anyaccel.tools.parity_compare import ParityReport, compare, compare_bf16
 
 #: Short names of the strategies the parity check trains (``build_strategy``).
 STRATEGIES = ("ddp", "ddp_spawn", "fsdp", "fsdp_grad_op", "fsdp2", "deepspeed_1", "deepspeed_2", "deepspeed_3",
@@ -75,7 +76,7 @@ def fit(device_type: str | None, strategy: str, devices: int, num_nodes: int, pr
     return trainer, model
 
 
-def judge(out: Path, strategy: str, processes: int, precision: str = "32-true") -> parity.ParityReport:
+def judge(out: Path, strategy: str, processes: int, precision: str = "32-true") -> ParityReport:
     """Compare every rank's steps of ``strategy`` with the reference under ``out``."""
     reference = torch.load(out / "reference.pt", weights_only=False)
     ranks = []
@@ -86,8 +87,8 @@ def judge(out: Path, strategy: str, processes: int, precision: str = "32-true") 
         ranks.append(torch.load(path, weights_only=False))
     if precision == "bf16-mixed":
         bf16 = torch.load(out / "reference-bf16.pt", weights_only=False)
-        return parity.compare_bf16(strategy, bf16, reference, ranks)
-    return parity.compare(strategy, reference, ranks)
+        return compare_bf16(strategy, bf16, reference, ranks)
+    return compare(strategy, reference, ranks)
 
 
 def main(argv: list[str] | None = None) -> None:
