@@ -22,7 +22,7 @@ from lightning_anyaccel.tools import records
 def test_the_kit_validates_the_device_under_test(python_runner, tmp_path, device):
     """A short run (a checkpoint saved on the device and resumed, and DDP): progress shown, the record written with
     the level, the processes and the features its checks proved, and nothing else; the checks not asked for are not
-    in it."""
+    in it. DDP is judged by parity with one device: the record carries the largest relative differences."""
     path = tmp_path / "record.toml"
     proc = python_runner(["-m", "lightning_anyaccel.validate", "--device", device.type, "--checks", "checkpoint,ddp",
                           "--record", str(path)], cwd=tmp_path, timeout=400)
@@ -39,6 +39,10 @@ def test_the_kit_validates_the_device_under_test(python_runner, tmp_path, device
     assert record["tests"]["validate::ddp"]["processes"] == processes == record["max_processes"]
     assert record["tests"]["validate::ddp"]["reason"].startswith(
         f"{processes} process{'es' if processes == 2 else ''} on {device.type}, backend {device.backend}")
+    assert "; matches one device: 3 steps, largest relative difference" in record["tests"]["validate::ddp"]["reason"]
+    measured = record["tests"]["validate::ddp"]["parity"]  # judged by parity with one device, not by the loss
+    assert set(measured) == {"steps", "norm", "grad", "update", "rtol", "atol"}
+    assert max(measured["norm"], measured["grad"], measured["update"]) <= measured["rtol"] == 1e-5
     assert set(record["tests"]) == {"validate::checkpoint", "validate::ddp"}
     if record["commit_source"] == "git":  # this checkout, the package installed from it (editable)
         assert record["commit"] == subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,

@@ -35,7 +35,8 @@ from types import FrameType
 from typing import Any
 
 from lightning_anyaccel.tools import records
-from lightning_anyaccel.tools.validation_checks import BY_NAME, CHECKS, KitCheck, judge, process_count, skip_reason, worker
+from lightning_anyaccel.tools.validation_checks import (BY_NAME, CHECKS, KitCheck, judge, judge_parity, process_count,
+                                                        skip_reason, worker)
 
 #: The emulated accelerator of the repository's tests announces itself in this variable: a record of a
 #: run on it is at level "emulated", never "hardware" (lightning_anyaccel.emulator, docs/emulator.md).
@@ -76,7 +77,12 @@ def _run_check(check: KitCheck, device_type: str, count: int, env: dict[str, str
             error = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines else "")
             return records.Outcome("failed", check.features, processes, f"exit {proc.returncode}: {error.strip()[:300]}")
         try:
-            return records.Outcome("passed", check.features, processes, judge(check, device_type, processes, ranks))
+            detail = judge(check, device_type, processes, ranks)
+            if not check.parity:
+                return records.Outcome("passed", check.features, processes, detail)
+            measured = judge_parity(check, processes, Path(tmp))  # a ParityError names the step and tensor
+            detail += f"; matches one device: {measured['line']}"
+            return records.Outcome("passed", check.features, processes, detail, parity=measured["numbers"])
         except AssertionError as err:
             return records.Outcome("failed", check.features, processes, str(err)[:300])
 

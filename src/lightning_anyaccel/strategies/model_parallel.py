@@ -121,6 +121,30 @@ def reduce_gradients_with_sum(module: Module) -> None:
             force_sum(True)
 
 
+def refuse_unsharded_parameters(module: Module) -> None:
+    """Refuse, before fitting, a trainable parameter of ``module`` that no ``fully_shard`` (or tensor parallel plan) manages.
+
+    Such a parameter stays a plain tensor: every rank keeps its own gradient, never averaged, and the
+    replicas drift apart silently. A module whose ``allow_unsharded_parameters`` attribute is ``True``
+    opts out (it averages those gradients itself).
+
+    Raises:
+        ShardingNotSupportedError: naming the parameters and the fix.
+    """
+    from torch.distributed.tensor import DTensor
+
+    if getattr(module, "allow_unsharded_parameters", False):
+        return
+    loose = [name for name, p in module.named_parameters() if p.requires_grad and not isinstance(p, DTensor)]
+    if loose:
+        raise ShardingNotSupportedError(
+            f"FSDP2: no fully_shard manages the trainable parameter(s) {', '.join(loose[:5])}"
+            f"{f' and {len(loose) - 5} more' if len(loose) > 5 else ''}: their gradients would never be averaged"
+            " across processes. Call fully_shard on a module that holds them (e.g. the model's root, last, in"
+            " configure_model or the parallelize_fn), or freeze them (requires_grad_(False))."
+        )
+
+
 class AnyModelParallelMixin(AnyShardedMixin):
     """FSDP2 and tensor parallelism through Lightning's ``ModelParallelStrategy`` (either front end).
 
@@ -146,6 +170,7 @@ class AnyModelParallelStrategy(AtomicSaveMixin, AnyModelParallelMixin, ModelPara
     def setup(self, trainer: Any) -> None:
         """Lightning's setup of the model ``configure_model`` sharded, its gradients reduced with a sum."""
         if self.model is not None:
+            refuse_unsharded_parameters(self.model)
             reduce_gradients_with_sum(self.model)
         super().setup(trainer)
 
@@ -193,9 +218,11 @@ class FabricModelParallelStrategy(FabricAtomicSaveMixin, AnyModelParallelMixin, 
     def setup_module(self, module: Module) -> Module:
         """Lightning's (the ``parallelize_fn`` shards ``module``), the gradients then reduced with a sum."""
         module = super().setup_module(module)
+        refuse_unsharded_parameters(module)
         reduce_gradients_with_sum(module)
         return module
 
 
 __all__ = ["FABRIC_SETUP", "NAMES", "SETUP", "AnyModelParallelMixin", "AnyModelParallelStrategy",
-           "FabricModelParallelStrategy", "fully_shard_data_parallel", "reduce_gradients_with_sum"]
+           "FabricModelParallelStrategy", "fully_shard_data_parallel", "reduce_gradients_with_sum",
+           "refuse_unsharded_parameters"]

@@ -92,12 +92,14 @@ class Outcome:
         features: the features of :data:`FEATURES` a pass of it proves.
         processes: how many processes it trained with (``None``: not a multi-process test).
         reason: why it was skipped (or the first line of its failure).
+        parity: a parity check's largest relative differences and the tolerance they met (``tools/parity.py``).
     """
 
     outcome: str
     features: tuple[str, ...] = ()
     processes: int | None = None
     reason: str = ""
+    parity: Mapping[str, float] | None = None
 
 
 def check_features(names: Iterable[str], where: str) -> tuple[str, ...]:
@@ -279,7 +281,7 @@ def build_record(*, device_type: str, level: str, tests: Mapping[str, Outcome], 
     record["features"] = features
     record["tests"] = {name: {"outcome": t.outcome, **({"features": list(t.features)} if t.features else {}),
                               **({"processes": t.processes} if t.processes else {}),
-                              **({"reason": t.reason} if t.reason else {})}
+                              **({"reason": t.reason} if t.reason else {}), **({"parity": dict(t.parity)} if t.parity else {})}
                        for name, t in sorted(tests.items())}
     return record
 

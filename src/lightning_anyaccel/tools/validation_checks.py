@@ -26,6 +26,9 @@ class KitCheck:
         multi_process: trains with 2 processes where there are 2 devices (else 1, said in the record).
         slow: bounded by :data:`lightning_anyaccel.validate.SLOW_CHECK_TIMEOUT` instead of
             :data:`~lightning_anyaccel.validate.CHECK_TIMEOUT`.
+        parity: judged by parity (:mod:`lightning_anyaccel.tools.parity`): the run of this short name of
+            :data:`lightning_anyaccel.tools.parity_run.STRATEGIES` must reproduce the serial one-device
+            run, per step and per tensor, within the fp32 tolerance; empty: judged by its loss.
     """
 
     name: str
@@ -34,6 +37,7 @@ class KitCheck:
     precision: str = "32-true"
     multi_process: bool = False
     slow: bool = False
+    parity: str = ""
 
 
 CHECKS: tuple[KitCheck, ...] = (
@@ -43,10 +47,11 @@ CHECKS: tuple[KitCheck, ...] = (
     KitCheck("device-stats", ("device_stats",)),
     KitCheck("checkpoint", ("checkpoint",)),
     KitCheck("collective", ()),
-    KitCheck("ddp", ("ddp",), strategy="any_ddp", multi_process=True),
-    KitCheck("fsdp", ("fsdp",), strategy="any_fsdp", multi_process=True),
-    KitCheck("fsdp2", ("fsdp2",), strategy="any_fsdp2", multi_process=True),
-    KitCheck("deepspeed", ("deepspeed",), strategy="any_deepspeed_stage_2", multi_process=True, slow=True),
+    KitCheck("ddp", ("ddp",), strategy="any_ddp", multi_process=True, parity="ddp"),
+    KitCheck("fsdp", ("fsdp",), strategy="any_fsdp", multi_process=True, parity="fsdp"),
+    KitCheck("fsdp2", ("fsdp2",), strategy="any_fsdp2", multi_process=True, parity="fsdp2"),
+    KitCheck("deepspeed", ("deepspeed",), strategy="any_deepspeed_stage_2", multi_process=True, slow=True,
+             parity="deepspeed_2"),
     KitCheck("transformer", ("transformer",), precision="bf16-mixed", slow=True),
 )
 BY_NAME = {check.name: check for check in CHECKS}
@@ -184,6 +189,9 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
 
         (out / "rank0.json").write_text(json.dumps({"rank": 0, "detail": check_collective(device_type)}))
         return
+    if check.parity:
+        _parity_worker(check, device_type, devices, out)
+        return
     torch.manual_seed(0)
     seen: dict[str, Any] = {}
 
@@ -257,6 +265,38 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(result))
 
 
+def _parity_worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
+    """A parity check's rank: the serial reference first (the launching rank), then the strategy's run."""
+    import os
+
+    import torch
+
+    from lightning_anyaccel.device.devices import device_of
+    from lightning_anyaccel.tools import parity, parity_run
+
+    if all(os.environ.get(key, "0") == "0" for key in ("LOCAL_RANK", "NODE_RANK", "RANK")):
+        torch.save(parity.reference_run(device_of(device_type, 0), devices), out / "reference.pt")
+    trainer, model = parity_run.fit(device_type, check.parity, devices, 1, check.precision, "none", out / check.parity)
+    result = {"rank": trainer.global_rank, "world_size": trainer.world_size, "global_step": trainer.global_step,
+              "losses": model.losses, "root_device": str(trainer.strategy.root_device),
+              "param_device": model.param_device, "batch_device": model.batch_device, "autocast": [],
+              "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
+              "strategy": type(trainer.strategy).__name__, "sharded": check.parity == "fsdp2"}
+    (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(result))
+
+
+def judge_parity(check: KitCheck, processes: int | None, out: Path) -> dict[str, Any]:
+    """A parity check's measured differences: ``line`` (words) and ``numbers`` (the record's ``parity``).
+
+    Raises ``ParityError`` (an ``AssertionError``) naming the step and tensor that differ.
+    """
+    from lightning_anyaccel.tools import parity_run
+
+    report = parity_run.judge(out, check.parity, processes or 1, check.precision)
+    numbers = {key: value for key, value in report.as_dict().items() if key != "strategy"}
+    return {"line": report.line().partition(": ")[2], "numbers": numbers}
+
+
 # ---- judging a check's results, in the launching process ----------------------------------------------
 
 
@@ -269,7 +309,7 @@ def judge(check: KitCheck, device_type: str, processes: int | None, ranks: list[
         raise AssertionError(f"{len(ranks)} of {expected} processes reported")
     if check.name == "collective":
         return str(ranks[0]["detail"])
-    steps = 4 if check.name == "checkpoint" else 6
+    steps = 4 if check.name == "checkpoint" else 3 if check.parity else 6
     for rank in ranks:
         if rank["global_step"] != steps:
             raise AssertionError(f"rank {rank['rank']} stopped at step {rank['global_step']}")
@@ -311,4 +351,4 @@ def judge(check: KitCheck, device_type: str, processes: int | None, ranks: list[
     return f"{where}{backend}, loss {first['losses'][0]:.3f} -> {first['losses'][-1]:.3f}"
 
 
-__all__ = ["BY_NAME", "CHECKS", "KitCheck", "Skip", "judge", "process_count", "skip_reason", "worker"]
+__all__ = ["BY_NAME", "CHECKS", "KitCheck", "Skip", "judge", "judge_parity", "process_count", "skip_reason", "worker"]

@@ -1,0 +1,125 @@
+r"""Run :mod:`~lightning_anyaccel.tools.parity` for strategies: the serial reference, then each strategy on N processes.
+
+One launch trains every run of ``--strategy`` (comma-separated) one after the other in the same
+processes, a new Trainer each; rank 0 first computes the serial reference on its device. A run is a
+strategy's short name, or ``NAME+CONTROL`` to break it on purpose (``ddp+sum_grads``: a negative
+control of :data:`lightning_anyaccel.tools.parity.CONTROLS`), ``@bf16`` at the end to train it in
+bf16-mixed (``fsdp2@bf16``; ``--precision`` is the others'). Files::
+
+    <out>/reference.pt              the serial run's steps (rank 0, before any strategy)
+    <out>/reference-bf16.pt         the serial bf16-mixed run, where a run is ``NAME@bf16``
+    <out>/<run>/rank<N>.pt          what rank N saw, as full tensors
+
+:func:`judge` compares them (:mod:`lightning_anyaccel.tools.parity_compare`). The tests run it from
+``tests/scripts/parity_run.py`` (popen DDP re-runs the script per rank); the validation kit from its worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lightning_anyaccel.tools import parity
+from lightning_anyaccel.tools.parity_compare import ParityReport, compare, compare_bf16
+
+#: Short names of the strategies the parity check trains (``build_strategy``).
+STRATEGIES = ("ddp", "ddp_spawn", "fsdp", "fsdp_grad_op", "fsdp2", "deepspeed_1", "deepspeed_2", "deepspeed_3",
+              "deepspeed_2_offload", "deepspeed_3_offload")
+
+
+def build_strategy(name: str) -> Any:
+    """The package's Trainer strategy for a short ``name`` of :data:`STRATEGIES`."""
+    import lightning_anyaccel
+
+    anyaccel: Any = lightning_anyaccel  # the strategy classes are published from the device table at import
+
+    if name == "ddp":
+        return anyaccel.AnyDDPStrategy()
+    if name == "ddp_spawn":
+        return anyaccel.AnyDDPStrategy(start_method="spawn")
+    if name in ("fsdp", "fsdp_grad_op"):  # use_orig_params: summon_full_params can gather the gradients
+        return anyaccel.AnyFSDPStrategy(auto_wrap_policy={torch.nn.Linear}, use_orig_params=True,
+                                        sharding_strategy="SHARD_GRAD_OP" if name == "fsdp_grad_op" else "FULL_SHARD")
+    if name == "fsdp2":
+        return anyaccel.AnyModelParallelStrategy(tensor_parallel_size=1)
+    if name.startswith("deepspeed_"):
+        stage, offload = int(name.split("_")[1]), name.endswith("offload")
+        strategy = anyaccel.AnyDeepSpeedStrategy(stage=stage, offload_optimizer=offload,
+                                                 offload_parameters=offload and stage == 3,
+                                                 reduce_bucket_size=2_000_000, allgather_bucket_size=2_000_000,
+                                                 sub_group_size=2_000_000)
+        strategy.config["zero_force_ds_cpu_optimizer"] = False  # the torch SGD, also with offload
+        return strategy
+    raise ValueError(f"--strategy must be among {STRATEGIES}, not {name!r}")
+
+
+def fit(device_type: str | None, strategy: str, devices: int, num_nodes: int, precision: str, control: str,
+        out: Path) -> tuple[Any, parity.ParityModule]:
+    """Train one strategy ``parity.STEPS`` steps, write this rank's steps to ``out/rank<N>.pt``; the Trainer, the model."""
+    from lightning.pytorch import Trainer
+
+    from lightning_anyaccel.accelerator import AnyAccelerator
+
+    model = parity.ParityModule(control)
+    trainer = Trainer(accelerator=AnyAccelerator(device_type), strategy=build_strategy(strategy), devices=devices,
+                      num_nodes=num_nodes, precision=precision,  # type: ignore[arg-type]  # a str of its literals
+                      max_steps=parity.STEPS, gradient_clip_val=parity.CLIP, logger=False,
+                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                      num_sanity_val_steps=0, limit_val_batches=0, use_distributed_sampler=False)
+    trainer.fit(model)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save(model.steps, out / f"rank{trainer.global_rank}.pt")
+    return trainer, model
+
+
+def judge(out: Path, strategy: str, processes: int, precision: str = "32-true") -> ParityReport:
+    """Compare every rank's steps of ``strategy`` with the reference under ``out``."""
+    reference = torch.load(out / "reference.pt", weights_only=False)
+    ranks = []
+    for rank in range(processes):
+        path = out / strategy / f"rank{rank}.pt"
+        if not path.exists():
+            raise parity.ParityError(f"{strategy}: rank {rank} wrote no results ({path})")
+        ranks.append(torch.load(path, weights_only=False))
+    if precision == "bf16-mixed":
+        bf16 = torch.load(out / "reference-bf16.pt", weights_only=False)
+        return compare_bf16(strategy, bf16, reference, ranks)
+    return compare(strategy, reference, ranks)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--strategy", default="ddp", help=f"comma-separated, of {', '.join(STRATEGIES)}")
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--num-nodes", type=int, default=1)
+    parser.add_argument("--device-type", default=None)
+    parser.add_argument("--precision", default="32-true", choices=("32-true", "bf16-mixed"))
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    runs = [(run, *run.partition("@")[0].partition("+")[::2],
+             "bf16-mixed" if run.endswith("@bf16") else args.precision) for run in args.strategy.split(",")]
+    if unknown := [run for run, name, control, _ in runs
+                   if name not in STRATEGIES or (control or "none") not in parity.CONTROLS]:
+        parser.error(f"--strategy: {', '.join(unknown)}: each must be NAME[+CONTROL][@bf16], NAME among"
+                     f" {', '.join(STRATEGIES)}, CONTROL among {', '.join(parity.CONTROLS)}")
+    from lightning_anyaccel.accelerator import AnyAccelerator
+    from lightning_anyaccel.device.devices import device_of
+    from lightning_anyaccel.tools.local_runs import quiet_lightning
+
+    quiet_lightning(all_warnings=True)
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    first = all(os.environ.get(key, "0") == "0" for key in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+    if first and not (out / "reference.pt").exists():  # the launching process, before it starts any rank
+        out.mkdir(parents=True, exist_ok=True)
+        device = device_of(str(AnyAccelerator(args.device_type).device_type), 0)
+        world_size = args.devices * args.num_nodes
+        torch.save(parity.reference_run(device, world_size), out / "reference.pt")
+        if any(precision == "bf16-mixed" for *_, precision in runs):
+            torch.save(parity.reference_run(device, world_size, "bf16-mixed"), out / "reference-bf16.pt")
+    for run, name, control, precision in runs:
+        fit(args.device_type, name, args.devices, args.num_nodes, precision, control or "none", out / run)
