@@ -172,6 +172,10 @@ GROUPS = {
     "tests/test_sharding_cpu.py::test_one_process_on_a_one_device_machine": "one-process",
     "tests/test_sharding_cpu.py": "sharding",
     "tests/test_workloads.py": "workloads",
+    # the strategies' parity job (the module's fixture: one 2-process launch) on one worker
+    "tests/test_parity.py::test_two_processes_reproduce_one_device": "parity",
+    "tests/test_parity.py::test_bf16_mixed_matches_the_serial_bf16_run": "parity",
+    "tests/test_parity.py::test_negative_controls_are_rejected": "parity",
     "tests/test_release.py": "release",
     "tests/test_journeys.py::test_fsdp_by_name_under_slurm": "slurm",
     "tests/test_scaleout_launch.py::test_slurm_sbatch_and_srun": "slurm",
