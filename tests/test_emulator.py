@@ -25,6 +25,13 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+def _loaded_first(name: str) -> dict[str, str]:
+    """The environment of a process that has the device ``name`` before anything imports the package: the
+    package's registration asks ``torch.accelerator`` which device there is, and torch keeps that answer, so
+    torch's own ``xpu``/``hpu`` must be served before (the autoload hook, as ``emulate`` starts programs)."""
+    return _env(LIGHTNING_ANYACCEL_EMULATE=name, PYTHONPATH=os.pathsep.join([str(AUTOLOAD), str(SRC)]))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_emulated_device_and_lightning_fit(name):
@@ -34,7 +41,8 @@ def test_emulated_device_and_lightning_fit(name):
     with no code: the spec is derived from torch) a bf16-mixed Lightning fit on it. The device-generic suite
     (``pytest -m device_generic --device emulated:npu``) trains on it in depth."""
     fit = name in ("npu", "emu", "xpu", "hpu")
-    proc = run_python(["-m", "lightning_anyaccel.emulator.selfcheck", name, *(["--fit"] if fit else [])], env=_env(), cwd=TESTS,
+    proc = run_python(["-m", "lightning_anyaccel.emulator.selfcheck", name, *(["--fit"] if fit else [])],
+                      env=_loaded_first(name), cwd=TESTS,
                       timeout=240)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-4000:]
     assert not fit or "FIT OK" in proc.stdout, proc.stdout[-4000:]
@@ -217,7 +225,7 @@ def test_a_missing_wait_on_a_side_stream_shows(name):
     ``wait_event``, ``synchronize``); events measure the time between them. On ``hpu``, as on Gaudi (whose
     runtime resolves data dependencies between streams, and DeepSpeed leaves out its waits there), the
     results are visible at once."""
-    proc = run_python(["-c", STREAMS.format(name=name)], env=_env(), cwd=TESTS, timeout=120)
+    proc = run_python(["-c", STREAMS.format(name=name)], env=_loaded_first(name), cwd=TESTS, timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:]
     results = dict(line[len("RESULT "):].split(": ", 1) for line in proc.stdout.splitlines() if line.startswith("RESULT "))
     ordered = name == "hpu"

@@ -521,7 +521,8 @@ def test_install_commands_have_no_placeholders(site):
                      if not m.startswith(("<built-in", "<method", "<function"))]  # profiler names, reprs
         for lang, code in _code_blocks(rel):
             if lang in ("bash", "console", "shell", "sh", "default", "text"):
-                problems += [f"{rel} ({lang} block): {m}" for m in re.findall(r"<[^<>\n]{1,40}>", code)]
+                problems += [f"{rel} ({lang} block): {m}" for m in re.findall(r"<[^<>\n]{1,40}>", code)
+                             if m != "<module>"]  # a frame's name in a printed report, not a placeholder
     assert not problems, problems
     for rel in ("docs/installation.html", "docs/index.html", "docs/devices/xpu.html"):
         commands = "\n".join(code for lang, code in _code_blocks(rel) if lang == "bash")
@@ -608,6 +609,11 @@ TEST_TALK = {
 }
 
 
+#: users' pages whose subject is the emulated device as the user's own tool (its command, its pytest plugin)
+EMULATOR_TOOL_PAGES = {"docs/emulate.html", "notebooks/06_any_accelerator.html"}
+EMULATOR_TOOL_WORDS = {"a pytest command or selection", "a detail of the emulated device"}
+
+
 def test_users_pages_carry_no_test_talk(site):
     import re
 
@@ -615,6 +621,8 @@ def test_users_pages_carry_no_test_talk(site):
     texts = _page_texts()
     for rel in _users_pages():
         for what, pattern in TEST_TALK.items():
+            if rel in EMULATOR_TOOL_PAGES and what in EMULATOR_TOOL_WORDS:
+                continue
             problems += [f"{rel}: {what}: {m.group(0)!r}" for m in re.finditer(pattern, texts[rel])]
     assert not problems, "\n".join(problems[:30])
     # the check can fail: the contributors' evidence page has every one of them

@@ -32,6 +32,8 @@ CHECKED_ELSEWHERE = {
     ("contributing.md", "toml"): "test_expected_skip_example_is_an_entry below",
     ("programs.md", "text"): "tests/test_programs.py: the programs print these lines",
     ("programs.md", "yaml"): "tests/test_auto_device.py: a LightningCLI program parses it",
+    ("emulate.md", "text"): "tests/test_emulate.py: the command prints this report for such a program",
+    ("troubleshooting.md", "text"): "tests/test_faults_hangs.py: a stalled job prints these lines",
 }
 
 
