@@ -1,12 +1,13 @@
 """``python -m lightning_anyaccel.emulate``, the scan, the compile cache and the pytest plugin, as a user runs them.
 
-The runs start the user's program as a user does (``python train.py``, ``torchrun``) under the command,
+The runs start the user's program as a user does (``python train.py``, ``torchrun``, ``mpirun``) under the command,
 on CPU, and read the report it prints: each problem with the user's file and line first.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -147,6 +148,29 @@ def test_torchrun_ranks_have_the_device_and_report_cuda_calls_unwaited_collectiv
     assert f"{path}:8: CUDA-only API: torch.cuda.is_available() called" in report, report
     assert f"{path}:11: collective not waited for" in report, report
     assert f"{path}:13: out of memory: out of memory allocating 96.00 MiB" in report, report
+
+
+MPI_PROGRAM = """import os
+import torch
+
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+x = torch.ones(2, device=f"npu:{rank}")
+print(f"MPI RANK {rank} ON {x.device}", flush=True)
+torch.cuda.is_available()
+"""
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (CI installs it: see .ci/run)")
+def test_mpirun_ranks_have_the_device_and_report_their_cuda_calls(tmp_path):
+    """Ranks an MPI launcher starts (Open MPI's mpirun) inherit the device like Lightning's own ranks."""
+    (tmp_path / "mpi_ranks.py").write_text(MPI_PROGRAM)
+    code, out = _emulate(["--as", "npu", "--devices", "2", "--no-scan", "--", "mpirun", "--allow-run-as-root",
+                          "--oversubscribe", "-n", "2", sys.executable, "mpi_ranks.py"], cwd=tmp_path)
+    assert "MPI RANK 0 ON npu:0" in out and "MPI RANK 1 ON npu:1" in out, out
+    report = out.split("== emulated device report ==", 1)[1]
+    assert "processes: 2" in report, report
+    assert f"{tmp_path / 'mpi_ranks.py'}:7: CUDA-only API: torch.cuda.is_available() called" in report, report
+    assert code != 0, out
 
 
 def test_no_compiler_is_one_error_naming_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
