@@ -18,8 +18,9 @@ until someone kills it by hand. Three mechanisms, all started by the strategies:
   every rank of an external launcher (``torchrun``, ``srun``, ``mpirun``/``mpiexec``) too. One
   long-lived thread polls the parent every :data:`LAUNCHER_POLL_S`: when the launcher is gone
   (``SIGKILL`` included) it ``SIGKILL``\ s every process the rank started (DataLoader and compile
-  workers) and ends the rank, within about 0.5 s. On Linux the kernel also sends ``SIGCONT``
-  when the parent ends (``prctl(PR_SET_PDEATHSIG)``), so a stopped rank wakes up to do so. At
+  workers) and ends the rank, within about 0.5 s. A worker of the package's own launcher is also
+  ``SIGKILL``\ ed by the kernel when its launcher ends (``prctl(PR_SET_PDEATHSIG)``), stopped or stuck
+  in C code too; what it started then ends through torch's own check of a worker's parent. At
   exit, a worker whose launching process is stopped kills it, so a frozen rank 0 does not keep a
   failed node alive.
 
@@ -321,10 +322,9 @@ def supervise_worker(rank: int) -> bool:
     if _supervised_by == parent:
         return True
     _supervised_by = parent
-    # The kernel wakes a stopped rank (SIGCONT) when the launcher ends; the launcher watch then ends the
-    # rank and the processes it started. SIGKILL would leave those (a DataLoader worker deadlocked in
-    # its start never checks its parent), and fires when the launcher's *thread* that forked exits.
-    _die_with_parent(signal.SIGCONT)
+    # The kernel kills the rank when the launcher ends, even one stuck in C code holding the GIL, where the
+    # launcher watch (a Python thread) could not run; the watch ends what the rank started while it runs.
+    _die_with_parent(signal.SIGKILL)
     watch_launcher(rank)
     if os.getppid() != parent:  # it died before the watch started
         kill_own_children()
