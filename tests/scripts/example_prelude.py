@@ -22,8 +22,9 @@ from pathlib import Path
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def run_example(name: str) -> None:
-    """Import ``examples/<name>.py`` (after the switches above) and call its ``main()``."""
+def quiet_process() -> None:
+    """One CPU thread unless told otherwise; with ``ANYACCEL_DS_NO_SHM=1``, DeepSpeed's shared-memory CPU
+    collectives marked unavailable (plain gloo, no minute-long compile of ``shm_comm`` on 2 cores)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if os.environ.get("ANYACCEL_DS_NO_SHM") == "1":
         try:
@@ -32,5 +33,10 @@ def run_example(name: str) -> None:
             deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
         except ImportError:
             pass
+
+
+def run_example(name: str) -> None:
+    """Import ``examples/<name>.py`` (after the switches above) and call its ``main()``."""
+    quiet_process()
     sys.path.insert(0, str(EXAMPLES))
     importlib.import_module(name).main()

@@ -4,17 +4,10 @@
 ``example_prelude.py`` does): plain gloo, no minute-long compile of ``shm_comm`` on a 2-core machine.
 """
 
-import os
-
 if __name__ == "__main__":
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    if os.environ.get("ANYACCEL_DS_NO_SHM") == "1":
-        try:
-            import deepspeed.ops
+    from example_prelude import quiet_process  # this folder: the tests' switches, written once
 
-            deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-        except ImportError:
-            pass
+    quiet_process()
     from lightning_anyaccel.tools.parity_run import main
 
     main()
