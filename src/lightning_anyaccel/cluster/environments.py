@@ -4,8 +4,13 @@
 jobs (Open MPI, MPICH/Hydra, Intel MPI, Cray PALS on Aurora, MVAPICH, PMI): it reads ranks
 from the launcher's variables (:mod:`lightning_anyaccel.cluster.launch_layout`), needs no ``mpi4py``, and
 derives the node from the number of processes per node, so it also works when several
-"nodes" share a host. ``AnyDDPStrategy`` switches to it by itself when it finds launcher
-variables and Lightning chose its generic environment.
+"nodes" share a host. Every multi-process strategy switches to it by itself when it finds launcher
+variables and Lightning chose its generic environment, ``MPIEnvironment`` or Slurm's
+(:func:`prefers_launcher`: the variables ``mpiexec`` sets in each process describe it, an inherited
+``RANK`` or the batch step's ``SLURM_PROCID`` do not).
+
+:func:`check_process_count` refuses a job whose launcher started another number of processes than
+``devices x num_nodes``, for every external launcher (``torchrun``, ``srun``, ``mpiexec``, ...).
 
 Example:
     >>> import os
@@ -17,7 +22,11 @@ from __future__ import annotations
 
 import os
 
+import logging
+from typing import Any
+
 from lightning.fabric.plugins.environments.cluster_environment import ClusterEnvironment
+from lightning.fabric.plugins.environments.slurm import SLURMEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from typing_extensions import override
 
@@ -26,8 +35,11 @@ from lightning_anyaccel.cluster.launch_layout import (
     LaunchLayoutError,
     ProcessLayout,
     detect_launcher,
+    ignored_variables,
     read_layout,
 )
+
+log = logging.getLogger(__name__)
 
 #: Port used when ``MASTER_PORT`` is not set (all ranks must agree without talking first).
 DEFAULT_MAIN_PORT = 29500
@@ -36,9 +48,11 @@ DEFAULT_MAIN_PORT = 29500
 class AnyMPIEnvironment(ClusterEnvironment):
     """Ranks, node and main address of a job started by an MPI launcher, without ``mpi4py``.
 
-    The main address is ``MASTER_ADDR`` (e.g. ``export MASTER_ADDR=$(head -n1 $PBS_NODEFILE)``);
-    it may be left unset only when the whole job runs on one node. The port is ``MASTER_PORT``,
-    else 29500.
+    The main address is ``MASTER_ADDR`` (e.g. ``export MASTER_ADDR=$(head -n1 $PBS_NODEFILE)``),
+    else the first node of a Slurm allocation (``SLURM_NODELIST``); it may be left unset only when
+    the whole job runs on one node. The port is ``MASTER_PORT``, else 29500.
+    Variables of other launchers that disagree with this launcher's (an inherited ``RANK=0``) are
+    ignored, with one warning per process naming both values.
     """
 
     def __init__(self) -> None:
@@ -47,6 +61,13 @@ class AnyMPIEnvironment(ClusterEnvironment):
         self._world_size = self._layout.world_size
         # rank_zero_only reads its `rank` attribute, set like Lightning's own environments set it
         rank_zero_only.rank = self._layout.rank  # type: ignore[attr-defined]  # an attribute set on the function
+        ignored = ignored_variables(os.environ, self._layout)
+        if ignored:
+            log.warning(
+                "[lightning_anyaccel] rank %d: %s set this process's place in the job; these variables of another"
+                " launcher (inherited from an outer job or shell) disagree and are ignored: %s. Unset them in"
+                " the job script to silence this.", self._layout.rank, self._layout.launcher, "; ".join(ignored),
+            )
 
     @property
     def layout(self) -> ProcessLayout:
@@ -64,7 +85,10 @@ class AnyMPIEnvironment(ClusterEnvironment):
         address = os.environ.get("MASTER_ADDR")
         if address:
             return address
-        if self._world_size is not None and self._world_size == self._layout.local_size:
+        nodes = os.environ.get("SLURM_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+        if nodes and self._world_size > self._layout.local_size:
+            return SLURMEnvironment.resolve_root_node_address(nodes)
+        if self._world_size == self._layout.local_size:
             return "127.0.0.1"
         raise LaunchLayoutError(
             f"{self._layout.launcher} started a job on several nodes, but MASTER_ADDR is not set. Export the"
@@ -85,18 +109,11 @@ class AnyMPIEnvironment(ClusterEnvironment):
 
     @override
     def world_size(self) -> int:
-        if self._world_size is None:
-            raise LaunchLayoutError(
-                f"{self._layout.launcher} does not say how many processes the job has; it is known once the"
-                " strategy sets devices x num_nodes."
-            )
         return self._world_size
 
     @override
     def set_world_size(self, size: int) -> None:
-        """Accept the strategy's ``devices x num_nodes`` only when the launcher did not give a size."""
-        if self._world_size is None:
-            self._world_size = size
+        """The launcher's size is authoritative; :func:`check_process_count` refuses another ``devices x num_nodes``."""
 
     @override
     def global_rank(self) -> int:
@@ -129,7 +146,7 @@ class AnyMPIEnvironment(ClusterEnvironment):
                 " (mpiexec --ppn / mpirun --npernode)."
             )
         expected = num_devices * num_nodes
-        if self._world_size is not None and self._world_size != expected:
+        if self._world_size != expected:
             raise LaunchLayoutError(
                 f"{layout.launcher} started {self._world_size} processes, but the Trainer expects"
                 f" devices x num_nodes = {num_devices} x {num_nodes} = {expected}."
@@ -145,4 +162,83 @@ class AnyMPIEnvironment(ClusterEnvironment):
         """Nothing to undo: the launcher owns the processes and their variables."""
 
 
-__all__ = ["DEFAULT_MAIN_PORT", "LAUNCHERS", "AnyMPIEnvironment"]
+#: How the launcher behind each of Lightning's external environments is called in messages.
+LAUNCHER_NAMES: dict[str, str] = {
+    "TorchElasticEnvironment": "torchrun",
+    "SLURMEnvironment": "srun",
+    "LSFEnvironment": "jsrun",
+    "KubeflowEnvironment": "Kubeflow",
+    "MPIEnvironment": "mpiexec",
+    "LightningEnvironment": "the launcher (WORLD_SIZE)",
+}
+
+
+def prefers_launcher(environment: ClusterEnvironment) -> bool:
+    """Whether an MPI launcher's own variables describe this process better than ``environment`` does.
+
+    True under ``mpiexec``/``mpirun``/PALS when Lightning chose its generic environment (a ``LOCAL_RANK``
+    inherited from a shell), ``MPIEnvironment`` (needs ``mpi4py``, nodes from host names) or Slurm's (the
+    batch step's ``SLURM_PROCID``, the same in every rank ``mpiexec`` started). ``torchrun``'s
+    environment is kept: ``mpiexec`` or ``srun`` starting ``torchrun`` on each node is a job of its own.
+    """
+    generic = ("LightningEnvironment", "MPIEnvironment", "SLURMEnvironment")
+    return type(environment).__name__ in generic and AnyMPIEnvironment.detect()
+
+
+def launched_processes(environment: ClusterEnvironment) -> int | None:
+    """How many processes an external launcher started; ``None`` when this process starts them itself.
+
+    Lightning's generic environment under a launcher that sets ``LOCAL_RANK`` reports the size the
+    strategy gave it; the launcher's is then ``WORLD_SIZE``, when set.
+    """
+    if not environment.creates_processes_externally:
+        return None
+    if type(environment).__name__ == "LightningEnvironment":
+        value = os.environ.get("WORLD_SIZE")
+        return int(value) if value and value.strip().isdigit() else None
+    return int(environment.world_size())
+
+
+def launcher_name(environment: Any) -> str:
+    """The launcher behind ``environment``, for messages (``"torchrun"``, ``"srun"``, ``"Open MPI"``, ...)."""
+    if isinstance(environment, AnyMPIEnvironment):
+        return environment.layout.launcher
+    name = type(environment).__name__
+    return LAUNCHER_NAMES.get(name, name)
+
+
+def check_process_count(environment: ClusterEnvironment, *, devices: int, num_nodes: int, front_end: str) -> None:
+    """Refuse a job whose launcher started another number of processes than ``devices x num_nodes``.
+
+    Runs in every process before any process group exists, for every strategy and both front ends,
+    so every rank fails at once with the same message (Lightning checks this only in the launcher of
+    its DDP, and its ``ModelParallelStrategy`` never does). Then the environment's own checks
+    (processes per node) run.
+
+    Raises:
+        LaunchLayoutError: naming both numbers and the settings that fit the launch.
+    """
+    launched = launched_processes(environment)
+    expected = devices * num_nodes
+    if launched is not None and launched != expected:
+        fit = (f"devices={launched // num_nodes}" if launched % num_nodes == 0
+               else f"devices and num_nodes whose product is {launched}")
+        raise LaunchLayoutError(
+            f"{launcher_name(environment)} launched {launched} processes but {front_end}(devices={devices},"
+            f" num_nodes={num_nodes}) expects {expected}: pass {fit} or launch {devices} per node"
+            f" ({expected} in all)."
+        )
+    if launched is not None:
+        environment.validate_settings(num_devices=devices, num_nodes=num_nodes)
+
+
+__all__ = [
+    "DEFAULT_MAIN_PORT",
+    "LAUNCHERS",
+    "LAUNCHER_NAMES",
+    "AnyMPIEnvironment",
+    "check_process_count",
+    "launched_processes",
+    "launcher_name",
+    "prefers_launcher",
+]

@@ -7,6 +7,13 @@ the job through environment variables whose names differ per implementation. Lig
 reads the variables below instead; this table is the only place that names them, and the
 documentation's launcher table is written from it.
 
+A launcher that leaves out the job's size or the node's (Cray PALS sets ``PALS_RANKID`` and
+``PALS_LOCAL_RANKID``, not always a size) is asked through ``mpi4py`` when it is importable
+(:func:`mpi4py_sizes`), else the sizes come from ``WORLD_SIZE``/``LOCAL_WORLD_SIZE`` passed by the
+user (``mpiexec --env WORLD_SIZE=24``); without any of them the layout is refused.
+:func:`ignored_variables` names the variables of other launchers (a ``RANK=0`` inherited from an
+outer job) that disagree with the launcher's own.
+
 Example:
     >>> layout = read_layout({"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"})
     >>> (layout.launcher, layout.rank, layout.node_rank, layout.local_rank)
@@ -15,8 +22,10 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from lightning_anyaccel.troubleshooting import LinkedError
 
@@ -30,8 +39,8 @@ class LauncherVariables:
         rank: the process's global rank.
         local_rank: the process's rank among the processes on its node.
         local_size: how many processes the launcher put on this node.
-        size: candidates for the job's total number of processes, first present wins; empty
-            when the launcher sets none (the world size then comes from ``devices x num_nodes``).
+        size: candidates for the job's total number of processes, first present wins; when none
+            is set the size comes from :func:`mpi4py_sizes` or :data:`WORLD_SIZE_ENV`.
         example: how such a job is started, for the docs.
     """
 
@@ -98,6 +107,34 @@ class LaunchLayoutError(LinkedError, ValueError):
     """The launcher's variables (or the Trainer's settings) do not describe a consistent job."""
 
 
+#: What the user passes when the launcher gives no job size and ``mpi4py`` is missing (``mpiexec --env``).
+WORLD_SIZE_ENV = "WORLD_SIZE"
+#: Likewise for the number of processes on each node.
+LOCAL_SIZE_ENV = "LOCAL_WORLD_SIZE"
+
+#: Sizes of the job and of this node: ``(world size, processes on this node)``, or ``None`` when unknown.
+SizeSource = Callable[[], "tuple[int, int] | None"]
+
+
+def mpi4py_sizes() -> tuple[int, int] | None:
+    """``(world size, processes on this node)`` from ``mpi4py``'s ``COMM_WORLD``; ``None`` when it is not importable.
+
+    Importing ``mpi4py.MPI`` initialises MPI, and the node's size is a collective
+    (``Split_type(COMM_TYPE_SHARED)``): every rank calls it at the same point, when its cluster
+    environment is created, and only when the launcher left a size out.
+    """
+    try:
+        mpi: Any = importlib.import_module("mpi4py.MPI")
+    except ImportError:
+        return None
+    world = mpi.COMM_WORLD
+    node = world.Split_type(mpi.COMM_TYPE_SHARED)
+    try:
+        return int(world.Get_size()), int(node.Get_size())
+    finally:
+        node.Free()
+
+
 @dataclass(frozen=True)
 class ProcessLayout:
     """Where one process sits in the job, as its launcher described it.
@@ -110,7 +147,7 @@ class ProcessLayout:
     rank: int
     local_rank: int
     local_size: int
-    world_size: int | None
+    world_size: int
 
     @property
     def node_rank(self) -> int:
@@ -135,13 +172,18 @@ def _int(environ: Mapping[str, str], name: str, launcher: str) -> int:
         raise LaunchLayoutError(f"{name}={value!r} (set by {launcher}) is not an integer.") from None
 
 
-def read_layout(environ: Mapping[str, str]) -> ProcessLayout:
+def read_layout(environ: Mapping[str, str], sizes: SizeSource = mpi4py_sizes) -> ProcessLayout:
     """Read and check this process's place in the job from the launcher's variables.
 
+    Args:
+        environ: the process's environment.
+        sizes: asked for the job's and the node's size when the launcher sets no variable for one of
+            them (:func:`mpi4py_sizes`); :data:`WORLD_SIZE_ENV`/:data:`LOCAL_SIZE_ENV` come after it.
+
     Raises:
-        LaunchLayoutError: no known launcher variables, a missing or non-integer one, or
-            values that contradict each other (rank outside the world, local rank outside the
-            node, ranks not placed on nodes in blocks).
+        LaunchLayoutError: no known launcher variables, a missing or non-integer one, a size nothing
+            gives (naming ``mpiexec --env WORLD_SIZE=<n>``), or values that contradict each other (rank
+            outside the world, local rank outside the node, ranks not placed on nodes in blocks).
     """
     launcher = detect_launcher(environ)
     if launcher is None:
@@ -150,16 +192,19 @@ def read_layout(environ: Mapping[str, str]) -> ProcessLayout:
     name = launcher.name
     rank = _int(environ, launcher.rank, name)
     local_rank = _int(environ, launcher.local_rank, name)
-    local_size = _int(environ, launcher.local_size, name)
-    world_size = next((_int(environ, var, name) for var in launcher.size if var in environ), None)
+    world_var = next((var for var in launcher.size if var in environ), None)
+    world_size = _int(environ, world_var, name) if world_var else None
+    local_size = _int(environ, launcher.local_size, name) if launcher.local_size in environ else None
+    if world_size is None or local_size is None:
+        world_size, local_size = _missing_sizes(environ, launcher, world_size, local_size, sizes)
     if local_size < 1 or not 0 <= local_rank < local_size:
         raise LaunchLayoutError(
             f"{name}: local rank {local_rank} ({launcher.local_rank}) is not within the node's"
             f" {local_size} processes ({launcher.local_size})."
         )
-    if world_size is not None and not 0 <= rank < world_size:
+    if not 0 <= rank < world_size:
         raise LaunchLayoutError(f"{name}: rank {rank} ({launcher.rank}) is not within the world size {world_size}.")
-    if world_size is not None and world_size % local_size:
+    if world_size % local_size:
         raise LaunchLayoutError(
             f"{name}: {world_size} processes cannot fill nodes of {local_size} each; start the same number of"
             " processes on every node (e.g. `--ppn`/`--npernode`)."
@@ -173,4 +218,67 @@ def read_layout(environ: Mapping[str, str]) -> ProcessLayout:
     return ProcessLayout(launcher=name, rank=rank, local_rank=local_rank, local_size=local_size, world_size=world_size)
 
 
-__all__ = ["LAUNCHERS", "LaunchLayoutError", "LauncherVariables", "ProcessLayout", "detect_launcher", "read_layout"]
+def _missing_sizes(
+    environ: Mapping[str, str], launcher: LauncherVariables, world_size: int | None, local_size: int | None,
+    sizes: SizeSource,
+) -> tuple[int, int]:
+    """The sizes the launcher left out: from ``sizes`` (mpi4py), else from what the user passed, else an error."""
+    asked = sizes()
+    if asked is not None:
+        return (world_size if world_size is not None else asked[0]), (local_size if local_size is not None else asked[1])
+    if world_size is None and WORLD_SIZE_ENV in environ:
+        world_size = _int(environ, WORLD_SIZE_ENV, "the user")
+    if local_size is None and LOCAL_SIZE_ENV in environ:
+        local_size = _int(environ, LOCAL_SIZE_ENV, "the user")
+    if world_size is not None and local_size is not None:
+        return world_size, local_size
+    missing = [f"{what} ({' or '.join(names)})" for what, names, value in (
+        ("the number of processes", launcher.size or (WORLD_SIZE_ENV,), world_size),
+        ("the processes per node", (launcher.local_size,), local_size)) if value is None]
+    raise LaunchLayoutError(
+        f"{launcher.name} did not say {' nor '.join(missing)}, and mpi4py, which could ask MPI, is not installed."
+        f" Pass the sizes to every rank, e.g. `mpiexec -n 24 --ppn 12 --env {WORLD_SIZE_ENV}=24 --env"
+        f" {LOCAL_SIZE_ENV}=12 python train.py` (<n> processes in all, <ppn> per node), or install mpi4py."
+    )
+
+
+#: Generic variables a process may inherit from an outer launcher or shell, and what each stands for.
+GENERIC_VARIABLES: dict[str, str] = {"RANK": "rank", "LOCAL_RANK": "local_rank", "WORLD_SIZE": "world_size"}
+#: Slurm's variables (its tasks' place in the step) and what each stands for.
+SLURM_VARIABLES: dict[str, str] = {"SLURM_PROCID": "rank", "SLURM_LOCALID": "local_rank", "SLURM_NTASKS": "world_size"}
+
+
+def ignored_variables(environ: Mapping[str, str], layout: ProcessLayout) -> list[str]:
+    """The variables of other launchers that disagree with ``layout`` (the MPI launcher's own), each with both values.
+
+    A ``RANK=0`` inherited from an outer ``torchrun`` or a shell, or Slurm's ``SLURM_PROCID`` of the
+    batch step that ran ``mpiexec``: set in every rank alike, they would make every rank rank 0.
+    """
+    launcher = detect_launcher(environ)
+    assert launcher is not None, "a layout is read from a launcher's variables"
+    own = {"rank": launcher.rank, "local_rank": launcher.local_rank,
+           "world_size": next((var for var in launcher.size if var in environ), "its size")}
+    found = []
+    for var, what in {**GENERIC_VARIABLES, **SLURM_VARIABLES}.items():
+        value = environ.get(var)
+        truth = getattr(layout, what)
+        if value is not None and value.strip() != str(truth):
+            found.append(f"{var}={value} (ignored; {layout.launcher} gives {own[what]}={truth})")
+    return found
+
+
+__all__ = [
+    "GENERIC_VARIABLES",
+    "LAUNCHERS",
+    "LOCAL_SIZE_ENV",
+    "SLURM_VARIABLES",
+    "WORLD_SIZE_ENV",
+    "LaunchLayoutError",
+    "LauncherVariables",
+    "ProcessLayout",
+    "SizeSource",
+    "detect_launcher",
+    "ignored_variables",
+    "mpi4py_sizes",
+    "read_layout",
+]

@@ -20,14 +20,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from lightning.fabric.plugins.environments import LightningEnvironment, MPIEnvironment
+from lightning.fabric.plugins.environments import LightningEnvironment
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.accelerator import DeviceCountError, process_devices
 from lightning_anyaccel.cluster import rendezvous, supervision, watchdog
-from lightning_anyaccel.cluster.environments import AnyMPIEnvironment
+from lightning_anyaccel.cluster.environments import AnyMPIEnvironment, check_process_count, prefers_launcher
 from lightning_anyaccel.device.distributed import reduce_mean_as_sum, resolve_backend
 from lightning_anyaccel.device.sync_batchnorm import DeviceLayerSync
 from lightning_anyaccel.lightning_stubs import DistributedHooks
@@ -170,15 +170,21 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
         """Use :class:`AnyMPIEnvironment` under an MPI launcher, and check the layout early.
 
         Lightning picks its generic environment (or ``MPIEnvironment``, which needs ``mpi4py``
-        and derives nodes from host names) for ``mpiexec`` jobs; each rank would then start
-        its own workers. Runs in the launching process, before any worker or connection.
+        and derives nodes from host names, or Slurm's from the batch step that ran ``mpiexec``)
+        for ``mpiexec`` jobs; each rank would then start its own workers, or every rank be rank 0
+        (:func:`~lightning_anyaccel.cluster.environments.prefers_launcher`). Then an external
+        launcher's process count must be ``devices x num_nodes``
+        (:func:`~lightning_anyaccel.cluster.environments.check_process_count`). Runs in the
+        launching process and in every externally launched rank, before any worker or connection:
+        the one place every multi-process strategy of both front ends passes.
         """
         env = self.cluster_environment
-        generic = tuple(self.side.port(cls) for cls in (LightningEnvironment, MPIEnvironment))
-        if type(env) in generic and AnyMPIEnvironment.detect():
-            self.cluster_environment = self.side.port(AnyMPIEnvironment)()
+        if prefers_launcher(env):
+            env = self.cluster_environment = self.side.port(AnyMPIEnvironment)()
             self.side.set_world_ranks(self)
-        elif type(env) is generic[0]:
+        check_process_count(env, devices=self.num_processes, num_nodes=self.num_nodes,
+                            front_end=self.side.name.capitalize())
+        if type(env) is self.side.port(LightningEnvironment):
             world_size = os.environ.get("WORLD_SIZE")
             rendezvous.check_layout(
                 num_nodes=self.num_nodes,
