@@ -20,9 +20,9 @@ Example:
 
 from __future__ import annotations
 
-import os
-
 import logging
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from lightning.fabric.plugins.environments.cluster_environment import ClusterEnvironment
@@ -31,10 +31,12 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from typing_extensions import override
 
 from lightning_anyaccel.cluster.launch_layout import (
+    GENERIC_VARIABLES,
     LAUNCHERS,
     LaunchLayoutError,
     ProcessLayout,
     detect_launcher,
+    disagreeing_variables,
     ignored_variables,
     read_layout,
 )
@@ -52,7 +54,7 @@ class AnyMPIEnvironment(ClusterEnvironment):
     else the first node of a Slurm allocation (``SLURM_NODELIST``); it may be left unset only when
     the whole job runs on one node. The port is ``MASTER_PORT``, else 29500.
     Variables of other launchers that disagree with this launcher's (an inherited ``RANK=0``) are
-    ignored, with one warning per process naming both values.
+    ignored (:func:`warn_ignored_variables` names them).
     """
 
     def __init__(self) -> None:
@@ -61,13 +63,6 @@ class AnyMPIEnvironment(ClusterEnvironment):
         self._world_size = self._layout.world_size
         # rank_zero_only reads its `rank` attribute, set like Lightning's own environments set it
         rank_zero_only.rank = self._layout.rank  # type: ignore[attr-defined]  # an attribute set on the function
-        ignored = ignored_variables(os.environ, self._layout)
-        if ignored:
-            log.warning(
-                "[lightning_anyaccel] rank %d: %s set this process's place in the job; these variables of another"
-                " launcher (inherited from an outer job or shell) disagree and are ignored: %s. Unset them in"
-                " the job script to silence this.", self._layout.rank, self._layout.launcher, "; ".join(ignored),
-            )
 
     @property
     def layout(self) -> ProcessLayout:
@@ -185,6 +180,43 @@ def prefers_launcher(environment: ClusterEnvironment) -> bool:
     return type(environment).__name__ in generic and AnyMPIEnvironment.detect()
 
 
+#: Whether this process has warned about ignored variables (once per process).
+_warned = False
+
+
+def ignored_by(environment: ClusterEnvironment, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The variables of other launchers that ``environment`` overrules, each with both values.
+
+    An MPI launcher's variables overrule an inherited ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` and Slurm's;
+    Slurm's (``srun``) overrule the inherited generic ones. ``torchrun`` sets the generic ones itself.
+    """
+    if isinstance(environment, AnyMPIEnvironment):
+        return ignored_variables(environ, environment.layout)
+    if type(environment).__name__ == "SLURMEnvironment":
+        own = {"rank": ("SLURM_PROCID", environment.global_rank()), "local_rank": ("SLURM_LOCALID",
+               environment.local_rank()), "world_size": ("SLURM_NTASKS", environment.world_size())}
+        return disagreeing_variables(environ, "srun", own, GENERIC_VARIABLES)
+    return []
+
+
+def warn_ignored_variables(environment: ClusterEnvironment) -> None:
+    """Warn once per process when variables of another launcher disagree with ``environment``'s (:func:`ignored_by`).
+
+    The launcher that started this process wins: a stale ``RANK=0`` from an outer job or a shell is
+    the same in every rank and would make every rank rank 0. A warning rather than an error: such
+    variables are often inherited where the job script can not unset them, and they are not read.
+    """
+    global _warned
+    ignored = [] if _warned else ignored_by(environment)
+    if ignored:
+        _warned = True
+        log.warning(
+            "[lightning_anyaccel] rank %d: %s says where this process is; these variables of another launcher"
+            " (inherited from an outer job or shell) disagree and are ignored: %s. Unset them in the job script"
+            " to silence this.", environment.global_rank(), launcher_name(environment), "; ".join(ignored),
+        )
+
+
 def launched_processes(environment: ClusterEnvironment) -> int | None:
     """How many processes an external launcher started; ``None`` when this process starts them itself.
 
@@ -238,7 +270,9 @@ __all__ = [
     "LAUNCHER_NAMES",
     "AnyMPIEnvironment",
     "check_process_count",
+    "ignored_by",
     "launched_processes",
     "launcher_name",
     "prefers_launcher",
+    "warn_ignored_variables",
 ]

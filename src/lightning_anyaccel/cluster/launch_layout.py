@@ -248,23 +248,42 @@ GENERIC_VARIABLES: dict[str, str] = {"RANK": "rank", "LOCAL_RANK": "local_rank",
 SLURM_VARIABLES: dict[str, str] = {"SLURM_PROCID": "rank", "SLURM_LOCALID": "local_rank", "SLURM_NTASKS": "world_size"}
 
 
+def disagreeing_variables(environ: Mapping[str, str], source: str, own: Mapping[str, tuple[str, int]],
+                          others: Mapping[str, str]) -> list[str]:
+    """The variables of ``others`` set in ``environ`` whose value differs from ``source``'s, each with both values.
+
+    Args:
+        environ: the process's environment.
+        source: the launcher whose variables win, for the message.
+        own: what that launcher says, by quantity (``"rank"``): its variable and its value.
+        others: the variables of other launchers, each with the quantity it stands for.
+    """
+    found = []
+    for var, what in others.items():
+        value = environ.get(var)
+        if value is not None and what in own and value.strip() != str(own[what][1]):
+            name, truth = own[what]
+            found.append(f"{var}={value} (ignored; {source} gives {name}={truth})")
+    return found
+
+
 def ignored_variables(environ: Mapping[str, str], layout: ProcessLayout) -> list[str]:
     """The variables of other launchers that disagree with ``layout`` (the MPI launcher's own), each with both values.
 
     A ``RANK=0`` inherited from an outer ``torchrun`` or a shell, or Slurm's ``SLURM_PROCID`` of the
     batch step that ran ``mpiexec``: set in every rank alike, they would make every rank rank 0.
+
+    >>> ignored_variables({"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2",
+    ...                    "RANK": "0"}, read_layout({"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1",
+    ...                                              "MPI_LOCALNRANKS": "2"}))
+    ['RANK=0 (ignored; MPICH / Hydra (also Intel MPI) gives PMI_RANK=3)']
     """
     launcher = detect_launcher(environ)
     assert launcher is not None, "a layout is read from a launcher's variables"
-    own = {"rank": launcher.rank, "local_rank": launcher.local_rank,
-           "world_size": next((var for var in launcher.size if var in environ), "its size")}
-    found = []
-    for var, what in {**GENERIC_VARIABLES, **SLURM_VARIABLES}.items():
-        value = environ.get(var)
-        truth = getattr(layout, what)
-        if value is not None and value.strip() != str(truth):
-            found.append(f"{var}={value} (ignored; {layout.launcher} gives {own[what]}={truth})")
-    return found
+    size_var = next((var for var in launcher.size if var in environ), "its size")
+    own = {"rank": (launcher.rank, layout.rank), "local_rank": (launcher.local_rank, layout.local_rank),
+           "world_size": (size_var, layout.world_size)}
+    return disagreeing_variables(environ, layout.launcher, own, {**GENERIC_VARIABLES, **SLURM_VARIABLES})
 
 
 __all__ = [
@@ -278,6 +297,7 @@ __all__ = [
     "ProcessLayout",
     "SizeSource",
     "detect_launcher",
+    "disagreeing_variables",
     "ignored_variables",
     "mpi4py_sizes",
     "read_layout",

@@ -27,7 +27,12 @@ from typing_extensions import override
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.accelerator import DeviceCountError, process_devices
 from lightning_anyaccel.cluster import rendezvous, supervision, watchdog
-from lightning_anyaccel.cluster.environments import AnyMPIEnvironment, check_process_count, prefers_launcher
+from lightning_anyaccel.cluster.environments import (
+    AnyMPIEnvironment,
+    check_process_count,
+    prefers_launcher,
+    warn_ignored_variables,
+)
 from lightning_anyaccel.device.distributed import reduce_mean_as_sum, resolve_backend
 from lightning_anyaccel.device.sync_batchnorm import DeviceLayerSync
 from lightning_anyaccel.lightning_stubs import DistributedHooks
@@ -172,7 +177,8 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
         Lightning picks its generic environment (or ``MPIEnvironment``, which needs ``mpi4py``
         and derives nodes from host names, or Slurm's from the batch step that ran ``mpiexec``)
         for ``mpiexec`` jobs; each rank would then start its own workers, or every rank be rank 0
-        (:func:`~lightning_anyaccel.cluster.environments.prefers_launcher`). Then an external
+        (:func:`~lightning_anyaccel.cluster.environments.prefers_launcher`; variables it overrules are
+        named in a warning, :func:`~lightning_anyaccel.cluster.environments.warn_ignored_variables`). Then an external
         launcher's process count must be ``devices x num_nodes``
         (:func:`~lightning_anyaccel.cluster.environments.check_process_count`). Runs in the
         launching process and in every externally launched rank, before any worker or connection:
@@ -182,6 +188,7 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
         if prefers_launcher(env):
             env = self.cluster_environment = self.side.port(AnyMPIEnvironment)()
             self.side.set_world_ranks(self)
+        warn_ignored_variables(env)
         check_process_count(env, devices=self.num_processes, num_nodes=self.num_nodes,
                             front_end=self.side.name.capitalize())
         if type(env) is self.side.port(LightningEnvironment):
