@@ -110,6 +110,24 @@ def test_torchrun_c10d(tmp_path: Path) -> None:
     assert_trained(out, "TorchElasticEnvironment")
 
 
+@pytest.mark.skipif(not (VENV_BIN / "torchrun").exists(), reason="torchrun not next to this python")
+def test_torchrun_with_another_process_count_fails_fast_on_every_rank(tmp_path: Path) -> None:
+    """torchrun starts 2 processes, the script asks for devices=3: every rank refuses before training, none stays."""
+    out = tmp_path / "out"
+    with Job(env={}) as job:
+        job.spawn([str(VENV_BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "--max-restarts=0",
+                   *train_args(out, devices=3, num_nodes=1)], tmp_path / "torchrun.log")
+        results = job.wait(timeout=90)
+    assert results[0].returncode not in (0, None)
+    assert results[0].seconds < 60
+    message = "torchrun launched 2 processes but Trainer(devices=3, num_nodes=1) expects 3: pass devices=2"
+    assert results[0].output.count(message) >= 2, results[0].output[-3000:]  # both ranks, not one crash
+    assert not reports(out)
+    leftovers = alive_pids(out)
+    kill_pids(leftovers)
+    assert len(list(out.glob("pid.*"))) == 2 and not leftovers, f"processes outlived the job: {leftovers}"
+
+
 @pytest.mark.skipif(not MPICH.exists(), reason="MPICH's mpiexec not installed (pip install mpich; CI does)")
 def test_mpich_through_the_pbs_script(tmp_path: Path) -> None:
     """The Aurora PBS script with MPICH's Hydra: two simulated nodes from a PBS node file."""
