@@ -263,6 +263,28 @@ def test_every_external_launcher_is_counted(monkeypatch: pytest.MonkeyPatch, lau
     _accepted(front, "any_fsdp2", devices=4)
 
 
+@pytest.mark.parametrize("launcher", ["torchrun", "Open MPI", "Cray PALS (Aurora, Polaris)"])
+@pytest.mark.parametrize("front", ["Trainer", "Fabric"])
+def test_one_process_strategy_refuses_a_multi_process_launch(
+    monkeypatch: pytest.MonkeyPatch, launcher: str, front: str
+) -> None:
+    """any_single in each of 4 launched processes would train 4 times alone: refused, naming a multi-process fix."""
+    _set_env(monkeypatch, EXTERNAL[launcher])
+    with pytest.raises(LaunchLayoutError, match=re.escape(
+            f"{launcher} launched 4 processes but {front}(devices=1, num_nodes=1) expects 1: pass devices=4 with"
+            " strategy='any_ddp' or launch 1 per node")):
+        _build(front, "any_single", devices=1)
+
+
+def test_one_process_strategy_under_a_launch_of_one_or_a_batch_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One launched process, or a Slurm batch step run without srun (SLURM_NTASKS of the allocation): accepted."""
+    _set_env(monkeypatch, {**EXTERNAL["torchrun"], "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
+    _build("Trainer", "any_single", devices=1)
+    _set_env(monkeypatch, {"SLURM_NTASKS": "4", "SLURM_JOB_NAME": "job.sbatch", "SLURM_NTASKS_PER_NODE": "4",
+                           "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "node0"})
+    _build("Fabric", "any_single", devices=1)
+
+
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_stale_generic_and_slurm_variables_never_make_every_rank_rank_0(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, name: str

@@ -251,17 +251,53 @@ def check_process_count(environment: ClusterEnvironment, *, devices: int, num_no
         LaunchLayoutError: naming both numbers and the settings that fit the launch.
     """
     launched = launched_processes(environment)
-    expected = devices * num_nodes
-    if launched is not None and launched != expected:
-        fit = (f"devices={launched // num_nodes}" if launched % num_nodes == 0
-               else f"devices and num_nodes whose product is {launched}")
-        raise LaunchLayoutError(
-            f"{launcher_name(environment)} launched {launched} processes but {front_end}(devices={devices},"
-            f" num_nodes={num_nodes}) expects {expected}: pass {fit} or launch {devices} per node"
-            f" ({expected} in all)."
-        )
+    if launched is not None and launched != devices * num_nodes:
+        raise process_count_error(launcher_name(environment), launched, devices=devices, num_nodes=num_nodes,
+                                  front_end=front_end)
     if launched is not None:
         environment.validate_settings(num_devices=devices, num_nodes=num_nodes)
+
+
+def process_count_error(launcher: str, launched: int, *, devices: int, num_nodes: int, front_end: str,
+                        strategy: str = "") -> LaunchLayoutError:
+    """The error for ``launched`` processes where ``devices x num_nodes`` were expected, naming both and the fix.
+
+    ``strategy``: a multi-process strategy to name in the fix (a one-process strategy can not take more devices).
+
+    >>> print(process_count_error("torchrun", 4, devices=2, num_nodes=1, front_end="Trainer").args[0])
+    torchrun launched 4 processes but Trainer(devices=2, num_nodes=1) expects 2: pass devices=4 or launch 2 per node (2 in all).
+    """
+    expected = devices * num_nodes
+    fit = (f"devices={launched // num_nodes}" if launched % num_nodes == 0
+           else f"devices and num_nodes whose product is {launched}")
+    if strategy:
+        fit += f" with strategy={strategy!r}"
+    return LaunchLayoutError(
+        f"{launcher} launched {launched} processes but {front_end}(devices={devices}, num_nodes={num_nodes})"
+        f" expects {expected}: pass {fit} or launch {devices} per node ({expected} in all)."
+    )
+
+
+def external_process_count(environ: Mapping[str, str] = os.environ) -> tuple[str, int] | None:
+    """``(launcher, processes)`` when ``torchrun`` or an MPI launcher started this process and said how many.
+
+    For the one-process strategy, which has no cluster environment: only launchers whose variables
+    are set per started process count (not a Slurm batch step's ``SLURM_NTASKS``, which a script run
+    without ``srun`` inherits). ``None`` otherwise, also when the launcher gave no size.
+
+    >>> external_process_count({"TORCHELASTIC_RUN_ID": "1", "WORLD_SIZE": "2"})
+    ('torchrun', 2)
+    >>> external_process_count({"PALS_RANKID": "0", "PALS_LOCAL_RANKID": "0"}) is None
+    True
+    """
+    size = environ.get("WORLD_SIZE", "")
+    if environ.get("TORCHELASTIC_RUN_ID") and size.strip().isdigit():
+        return "torchrun", int(size)
+    launcher = detect_launcher(environ)
+    size_var = next((var for var in launcher.size if var in environ), None) if launcher else None
+    if launcher is None or size_var is None or not environ[size_var].strip().isdigit():
+        return None
+    return launcher.name, int(environ[size_var])
 
 
 __all__ = [
@@ -270,9 +306,11 @@ __all__ = [
     "LAUNCHER_NAMES",
     "AnyMPIEnvironment",
     "check_process_count",
+    "external_process_count",
     "ignored_by",
     "launched_processes",
     "launcher_name",
     "prefers_launcher",
+    "process_count_error",
     "warn_ignored_variables",
 ]

@@ -31,6 +31,7 @@ from lightning.pytorch.strategies import SingleDeviceStrategy
 from typing_extensions import override
 
 from lightning_anyaccel.accelerator import process_devices
+from lightning_anyaccel.cluster.environments import external_process_count, process_count_error
 from lightning_anyaccel.device.devices import device_of
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.lightning_stubs import SingleDeviceHooks
@@ -117,6 +118,11 @@ class LazyDeviceMixin(AnyStrategyMixin, _Base):
 
     @override
     def _configure_launcher(self) -> None:
+        """Refuse a process of a multi-process launch (each would train alone), then the launch checks of :data:`SETUP`."""
+        launched = external_process_count()
+        if launched is not None and launched[1] != 1:
+            raise process_count_error(launched[0], launched[1], devices=1, num_nodes=1,
+                                      front_end=self.side.name.capitalize(), strategy="any_ddp")
         super()._configure_launcher()
         self._validate_device_setup()
 
