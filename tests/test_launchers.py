@@ -12,6 +12,7 @@ from typing import Any
 
 import lightning as L
 import pytest
+from front_ends import EVERY_FRONT_END, FrontEndCase
 
 from lightning_anyaccel.cluster import environments, gloo_interface, launch_layout, rendezvous
 from lightning_anyaccel.cluster.environments import AnyMPIEnvironment
@@ -309,6 +310,24 @@ def test_stale_generic_and_slurm_variables_never_make_every_rank_rank_0(
                            ("LOCAL_RANK=0", f"{launcher.local_rank}=1"), ("SLURM_LOCALID=0", f"{launcher.local_rank}=1"),
                            ("WORLD_SIZE=1", f"{size_var}=4"), ("SLURM_NTASKS=1", f"{size_var}=4")):
         assert f"{stale_var} (ignored; {name} gives {own})" in warnings[0]
+
+
+@pytest.mark.parametrize("front_end", EVERY_FRONT_END)
+def test_guards_on_both_lightning_packages(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, front_end: FrontEndCase
+) -> None:
+    """lightning and pytorch_lightning alike (the package's classes are rebuilt for the second): count, warning."""
+    _set_env(monkeypatch, {**SAMPLES["Open MPI"], "RANK": "0"})
+    monkeypatch.setattr(environments, "_warned", False)
+    front = front_end.side.capitalize()
+    with pytest.raises(LaunchLayoutError, match=re.escape(
+            f"Open MPI launched 4 processes but {front}(devices=2, num_nodes=1) expects 2: pass devices=4")):
+        front_end.build(strategy="any_fsdp2", accelerator="cpu", devices=2)
+    with caplog.at_level(logging.WARNING, logger=environments.__name__):
+        built = front_end.build(strategy="any_fsdp2", accelerator="cpu", devices=2, num_nodes=2)
+    assert type(built.strategy.cluster_environment).__name__ == "AnyMPIEnvironment"
+    assert built.strategy.global_rank == 3
+    assert "RANK=0 (ignored; Open MPI gives OMPI_COMM_WORLD_RANK=3)" in caplog.text
 
 
 def test_srun_overrules_an_inherited_rank(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:

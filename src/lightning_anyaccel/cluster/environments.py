@@ -180,6 +180,12 @@ def prefers_launcher(environment: ClusterEnvironment) -> bool:
     return type(environment).__name__ in generic and AnyMPIEnvironment.detect()
 
 
+def _layout_of(environment: Any) -> ProcessLayout | None:
+    """The launcher's layout of an :class:`AnyMPIEnvironment` (also its ``pytorch_lightning`` rebuild); else ``None``."""
+    layout = getattr(environment, "layout", None)
+    return layout if isinstance(layout, ProcessLayout) else None
+
+
 #: Whether this process has warned about ignored variables (once per process).
 _warned = False
 
@@ -190,8 +196,9 @@ def ignored_by(environment: ClusterEnvironment, environ: Mapping[str, str] = os.
     An MPI launcher's variables overrule an inherited ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` and Slurm's;
     Slurm's (``srun``) overrule the inherited generic ones. ``torchrun`` sets the generic ones itself.
     """
-    if isinstance(environment, AnyMPIEnvironment):
-        return ignored_variables(environ, environment.layout)
+    layout = _layout_of(environment)
+    if layout is not None:
+        return ignored_variables(environ, layout)
     if type(environment).__name__ == "SLURMEnvironment":
         own = {"rank": ("SLURM_PROCID", environment.global_rank()), "local_rank": ("SLURM_LOCALID",
                environment.local_rank()), "world_size": ("SLURM_NTASKS", environment.world_size())}
@@ -233,8 +240,9 @@ def launched_processes(environment: ClusterEnvironment) -> int | None:
 
 def launcher_name(environment: Any) -> str:
     """The launcher behind ``environment``, for messages (``"torchrun"``, ``"srun"``, ``"Open MPI"``, ...)."""
-    if isinstance(environment, AnyMPIEnvironment):
-        return environment.layout.launcher
+    layout = _layout_of(environment)
+    if layout is not None:
+        return layout.launcher
     name = type(environment).__name__
     return LAUNCHER_NAMES.get(name, name)
 
