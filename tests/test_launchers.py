@@ -6,14 +6,15 @@ from __future__ import annotations
 import logging
 import re
 import sys
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import pytest
-from front_ends import EVERY_FRONT_END, FrontEndCase
 
+from front_ends import EVERY_FRONT_END, FrontEndCase
 from lightning_anyaccel.cluster import environments, gloo_interface, launch_layout, rendezvous
 from lightning_anyaccel.cluster.environments import AnyMPIEnvironment
 from lightning_anyaccel.cluster.launch_layout import LAUNCHERS, LaunchLayoutError, detect_launcher, read_layout
@@ -54,7 +55,7 @@ def _no_mpi4py() -> None:
 
 
 @pytest.fixture
-def stub_mpi4py(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def stub_mpi4py(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """An importable ``mpi4py`` whose ``COMM_WORLD`` has 4 processes, 2 on this node (mpi4py is not a dependency)."""
     package = tmp_path / "stub" / "mpi4py"
     package.mkdir(parents=True)

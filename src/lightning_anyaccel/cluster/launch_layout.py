@@ -280,7 +280,7 @@ def ignored_variables(environ: Mapping[str, str], layout: ProcessLayout) -> list
     """
     launcher = detect_launcher(environ)
     assert launcher is not None, "a layout is read from a launcher's variables"
-    size_var = next((var for var in launcher.size if var in environ), "its size")
+    size_var = next((var for var in launcher.size if var in environ), "a world size")
     own = {"rank": (launcher.rank, layout.rank), "local_rank": (launcher.local_rank, layout.local_rank),
            "world_size": (size_var, layout.world_size)}
     return disagreeing_variables(environ, layout.launcher, own, {**GENERIC_VARIABLES, **SLURM_VARIABLES})
