@@ -113,3 +113,44 @@ def test_a_slower_worker_finishes_after_a_successful_launcher_silently(tmp_path:
     assert launcher.returncode == 0, launcher.stderr[-2000:]
     assert done.read_text() == "done"
     assert "killed" not in launcher.stderr, launcher.stderr
+
+
+ORPHANED = textwrap.dedent("""
+    import os, subprocess, sys
+    from lightning_anyaccel.cluster import supervision
+    supervision.prepare_launch()
+    subprocess.Popen([sys.executable, "-c", '''
+    import os, sys, time
+    from lightning_anyaccel.cluster import supervision
+    while os.getppid() == int(os.environ[supervision.LAUNCHER_PID_ENV]):
+        time.sleep(0.05)  # still importing, building its Trainer, when the launcher fails
+    supervision.supervise_worker(rank=1)
+    open(sys.argv[1], "w").write("went on")
+    ''', sys.argv[1]], env={**os.environ, "LOCAL_RANK": "1"})
+    os._exit(1)
+""")
+
+
+def test_a_worker_whose_launcher_died_before_it_started_exits_at_once(tmp_path: Path) -> None:
+    """A rank that reaches its setup after its launcher failed ends there instead of waiting for the rendezvous."""
+    went_on = tmp_path / "went_on"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(supervision.__file__).parents[1]),
+                                                          os.environ.get("PYTHONPATH", "")])}
+    launcher = subprocess.run([sys.executable, "-c", ORPHANED, str(went_on)], env=env, timeout=120,
+                              capture_output=True, text=True)
+    assert launcher.returncode == 1, launcher.stderr[-2000:]
+    assert _wait_until(lambda: not _orphans(str(went_on))), "the orphaned worker is still running"
+    assert not went_on.exists(), "the worker went on after its launcher died"
+
+
+def _orphans(argument: str) -> list[int]:
+    """Processes whose command line names ``argument`` (the orphaned worker)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and entry.name != str(os.getpid()):
+            try:
+                if argument.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found

@@ -317,8 +317,12 @@ def supervise_worker(rank: int) -> bool:
     """
     global _supervised_by
     parent = launcher_pid()
-    if parent is None or os.getppid() != parent:
+    if parent is None:
         return False
+    if os.getppid() != parent:
+        if _proc_state(parent) in (None, "Z", "X"):  # the launcher died while this rank started (imports, Trainer)
+            end_process(f"rank {rank}: the process that launched this one (pid {parent}) died; exiting.")
+        return False  # a process the rank started, which inherited the variable: not a rank of this launcher
     if _supervised_by == parent:
         return True
     _supervised_by = parent
