@@ -155,10 +155,12 @@ def test_committed_records_are_what_their_runs_wrote(path):
     # <type>-<level>, or <type>-<level>-kit for the validation kit's run beside the test suite's
     assert path.stem in {f"{record['device_type']}-{record['level']}{suffix}" for suffix in ("", "-kit")}, path.name
     assert (path.stem.endswith("-kit")) == (record["runner"] == "lightning_anyaccel.validate"), path.name
-    assert re.fullmatch(r"[0-9a-f]{40}", record["commit"]), f"{path.name}: no commit"
-    if _has_history():
-        assert subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", record["commit"], "HEAD"],
-                              capture_output=True).returncode == 0, f"{path.name}: {record['commit']} is not in HEAD's history"
+    # the record's commit, and that of the parity-only run that wrote its [parity] section, if one did
+    for commit in [record["commit"], *([record["parity"]["commit"]] if "parity" in record else [])]:
+        assert re.fullmatch(r"[0-9a-f]{40}", commit), f"{path.name}: no commit"
+        if _has_history():
+            assert subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", commit, "HEAD"],
+                                  capture_output=True).returncode == 0, f"{path.name}: {commit} is not in HEAD's history"
 
 
 def test_records_exist():
