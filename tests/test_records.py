@@ -318,6 +318,8 @@ def test_the_grid_and_the_device_pages_show_the_largest_difference_from_one_devi
     assert pages.parity_mark(with_backend, {"emulated": emulated}) == "E ≤8e-6"
     assert pages.parity_mark(with_backend, {}) == "–" and pages.parity_mark(without, entry) == "✗"
     table = "\n".join(pages._parity_lines(with_backend, entry))
-    assert "| DDP | 2 | 9.0e-07 | rtol 1e-05, atol 1e-06 | run on hardware | 2026-11-29 |" in table, table
-    assert "| GPT-2 with DDP, bf16-mixed | 4 | 6.0e-03 | 0.02 (bf16, per tensor) | run on hardware |" in table, table
+    assert "| DDP | 2 | 9e-7 | rtol 1e-5, atol 1e-6 | run on hardware | 2026-11-29 |" in table, table
+    assert "| FSDP2 | 2 | 6e-7 | rtol 1e-5, atol 1e-6 | run on hardware |" in table, table
+    assert "| GPT-2 with DDP, bf16-mixed | 4 | 6e-3 | 2e-2 per tensor (bf16) | run on hardware |" in table, table
+    assert [pages._sci(v) for v in (3.17e-07, 1e-05, 6.3e-03)] == ["3.2e-7", "1e-5", "6.3e-3"]
     assert "Not measured on this device yet." in "\n".join(pages._parity_lines(with_backend, {}))

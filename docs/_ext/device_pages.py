@@ -112,6 +112,13 @@ def upper_bound(value: float) -> str:
     return f"{mantissa}e{exponent}"
 
 
+def _sci(value: float, digits: int = 1) -> str:
+    """``3.17e-07`` -> ``3.2e-7``, ``1e-05`` -> ``1e-5``: scientific notation without the exponent's padding."""
+    mantissa, exponent = f"{value:.{digits}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa and set(mantissa.split(".")[1]) == {"0"} else mantissa
+    return f"{mantissa}e{int(exponent)}"
+
+
 def parity_runs(entry: dict[str, Any]) -> list[dict[str, Any]]:
     """Per run of parity, its measurement at the strongest level that has one: ``name`` (:data:`PARITY_NAMES`),
     ``level``, ``processes``, ``largest`` (difference), ``rtol``, ``atol``, ``date``; in :data:`PARITY_NAMES`' order.
@@ -168,10 +175,10 @@ def _parity_lines(spec: Any, entry: dict[str, Any]) -> list[str]:
     lines += [_row(["strategy", "processes", "largest difference", "tolerance", "where", "when"]),
               _row(["---"] * 6)]
     for run in runs:
-        tolerance = (f"rtol {run['rtol']:g}, atol {run['atol']:g}" if run["atol"] > 0
-                     else f"{run['rtol']:g} (bf16, per tensor)")
+        tolerance = (f"rtol {_sci(run['rtol'], 0)}, atol {_sci(run['atol'], 0)}" if run["atol"] > 0
+                     else f"{_sci(run['rtol'], 0)} per tensor (bf16)")
         lines.append(_row([PARITY_NAMES.get(run["name"], run["name"]), str(run["processes"] or "–"),
-                           f"{run['largest']:.1e}", tolerance, LEVEL_WORDS[run["level"]],
+                           _sci(run["largest"]), tolerance, LEVEL_WORDS[run["level"]],
                            str(run["date"])[:10] if run["date"] else "–"]))
     return [*lines, ""]
 
