@@ -400,22 +400,24 @@ class ParityTable(_TableDirective):
     def tables(self) -> list[nodes.Node]:
         from lightning_anyaccel.tools import records
 
+        srcdir = Path(self.env.srcdir)
         rows = []
-        for name, record in load_records(Path(self.env.srcdir)).items():
+        for name, record in load_records(srcdir).items():
             section = record.get("parity") or {}
             kit = {test_id: test["parity"] for test_id, test in record.get("tests", {}).items() if test.get("parity")}
             if section:
                 found = ", ".join(f"{strategy} {records.largest_difference(numbers):.1e}"
                                   for strategy, numbers in section["strategies"].items())
                 failed = "; failed: " + ", ".join(f"`{t}`" for t in section["failed_tests"]) if section["failed_tests"] else ""
-                clean = "" if section["tree_clean"] else " with uncommitted changes"
-                rows.append([f"`{name}`", f"{str(section['date'])[:10]}, commit `{str(section['commit'])[:12]}`{clean},"
+                # its age: the commits to the code the record covers since the commit of the run that measured it
+                measured = {**section, "_age": records.age({**section, "covers": record.get("covers", [])}, srcdir)}
+                rows.append([f"`{name}`", f"{str(section['date'])[:10]}, {age_text(measured)},"
                              f" torch {section.get('torch', '?')}: `{section['command']}`",
                              f"{section['processes']} processes: {found}{failed}"])
             if kit:
                 found = ", ".join(f"{test_id.removeprefix('validate::')} {records.largest_difference(numbers):.1e}"
                                   for test_id, numbers in kit.items())
-                rows.append([f"`{name}`", f"{str(record['date'])[:10]}, commit `{str(record['commit'])[:12]}`,"
+                rows.append([f"`{name}`", f"{str(record['date'])[:10]}, {age_text(record)},"
                              f" torch {record.get('torch', '?')}: `{record['command']}`", f"the kit's checks: {found}"])
         if not rows:
             return [_inline("No record carries parity yet.")]
