@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 # The dev/CI tools and the package's dependencies, pinned with hashes (`make lock` regenerates it).
 LOCK := requirements/dev.lock
 
-.PHONY: install run test test-suite test-emulated typecheck test-snippets emulator bench docs lab clean lock test-compat records
+.PHONY: install run test test-suite test-emulated typecheck test-snippets emulator bench docs lab clean lock test-compat records records-parity
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -124,6 +124,17 @@ record-%: emulator
 	-$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q \
 		$(or $(RECORD_TESTS_$*),-m device_generic --device emulated:$* -k "$(SEED_DEVICE_TESTS) and not test_workloads") \
 		--validation-record=docs/records/$*-$(if $(filter cpu,$*),hardware,emulated).toml
+
+# Parity alone (tests/test_parity.py: one 2-process launch per device name, a few minutes each, instead of
+# the whole suite): what it measured replaces the [parity] section of each committed record, with the
+# provenance of this run; the rest of the record stays as its run wrote it (docs/evidence.md).
+# PARITY_RECORDS picks some: `make records-parity PARITY_RECORDS="npu musa"`. As for `make records`, a failing
+# run does not stop the others: its section lists the parity tests that failed.
+PARITY_RECORDS ?= cpu xpu hpu npu sdaa mlu musa
+records-parity: $(addprefix record-parity-,$(PARITY_RECORDS))
+record-parity-%: emulator
+	-$(PYTEST) -p no:xdist -q -m device_generic tests/test_parity.py --device $(if $(filter cpu,$*),cpu,emulated:$*) \
+		--parity-record=docs/records/$*-$(if $(filter cpu,$*),hardware,emulated).toml
 
 # mypy on src/ (configured in pyproject.toml: `@override` on every overriding method is checked). Its
 # cache (.mypy_cache/) makes a second run take seconds; the first analyses torch and Lightning too.

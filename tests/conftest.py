@@ -88,6 +88,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          " NAME:1 one device)")
     group.addoption("--validation-record", default=None, metavar="PATH",
                     help="write the run's validation record (TOML, lightning_anyaccel.tools.records) to PATH")
+    group.addoption("--parity-record", default=None, metavar="PATH",
+                    help="replace the [parity] section of the existing record PATH with what this run's parity"
+                         " tests measured (tests/validation_record.py; make records-parity)")
     group.addoption("--simulated-records", default=None, metavar="DIR",
                     help="write DIR/<type>-simulated.toml for each device type a test simulates (simulates marker)")
     group.addoption("--expected-skips", default=os.environ.get("ANYACCEL_EXPECTED_SKIPS") or None, metavar="PATH",
@@ -129,7 +132,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "simulates(device_type, feature, ...): checks the package's decisions for"
                                        " device_type with torch's device API faked (--simulated-records)")
     _DEVICE = _setup_device(config.getoption("--device"))
-    if config.getoption("--validation-record") or config.getoption("--simulated-records"):
+    if config.getoption("--parity-record"):
+        from validation_record import check_parity_record
+
+        check_parity_record(Path(config.getoption("--parity-record")), _DEVICE)
+    if any(config.getoption(o) for o in ("--validation-record", "--simulated-records", "--parity-record")):
         from validation_record import Collector
 
         config.pluginmanager.register(Collector(_DEVICE), "anyaccel-validation-record")
@@ -164,6 +171,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         from validation_record import write_record
 
         write_record(Path(path), _DEVICE, session, collector)
+    parity = session.config.getoption("--parity-record")
+    if parity and _DEVICE is not None:
+        from validation_record import write_parity_record
+
+        write_parity_record(Path(parity), _DEVICE, session, collector)
     if simulated:
         from validation_record import write_simulated_records
 

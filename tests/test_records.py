@@ -7,6 +7,7 @@ follow from its own test list) and names a commit of this repository's history.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -154,10 +155,12 @@ def test_committed_records_are_what_their_runs_wrote(path):
     # <type>-<level>, or <type>-<level>-kit for the validation kit's run beside the test suite's
     assert path.stem in {f"{record['device_type']}-{record['level']}{suffix}" for suffix in ("", "-kit")}, path.name
     assert (path.stem.endswith("-kit")) == (record["runner"] == "lightning_anyaccel.validate"), path.name
-    assert re.fullmatch(r"[0-9a-f]{40}", record["commit"]), f"{path.name}: no commit"
-    if _has_history():
-        assert subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", record["commit"], "HEAD"],
-                              capture_output=True).returncode == 0, f"{path.name}: {record['commit']} is not in HEAD's history"
+    # the record's commit, and that of the parity-only run that wrote its [parity] section, if one did
+    for commit in [record["commit"], *([record["parity"]["commit"]] if "parity" in record else [])]:
+        assert re.fullmatch(r"[0-9a-f]{40}", commit), f"{path.name}: no commit"
+        if _has_history():
+            assert subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", commit, "HEAD"],
+                                  capture_output=True).returncode == 0, f"{path.name}: {commit} is not in HEAD's history"
 
 
 def test_records_exist():
@@ -219,3 +222,104 @@ def test_a_feature_cell_takes_the_strongest_result_of_a_levels_records():
     assert docs._feature_cell(entry, "checkpoint") == "H"
     assert docs._feature_cell(entry, "ddp") == "H (1 process)"
     assert docs._feature_cell({"hardware": suite}, "checkpoint") == "-"
+
+
+NUMBERS = {"steps": 3, "norm": 2.5e-08, "grad": 3.2e-07, "update": 1.5e-07, "rtol": 1e-05, "atol": 1e-06}
+
+
+def test_a_parity_only_run_replaces_the_parity_section_alone(tmp_path, monkeypatch):
+    """``make records-parity``: the section of a younger run (its own commit and command) goes into the record the
+    suite wrote, whose tests, counts and provenance stay; a record edited by hand, another device's record, a
+    difference above its tolerance or a missing key are refused, naming why."""
+    text = _record_text(tmp_path)
+    monkeypatch.setenv(records.COMMIT_ENV, "89abcdef0123456789abcdef0123456789abcdef-dirty")
+    section = records.parity_section({"ddp": NUMBERS, "fsdp2": {**NUMBERS, "grad": 4e-07}}, processes=2,
+                                     command="pytest tests/test_parity.py", root=None,
+                                     failed_tests=["tests/test_parity.py::x[fsdp]"])
+    merged = records.dumps(records.with_parity(text, section, "cpu", "hardware"))
+    assert records.problems(merged) == []
+    before, after = records.loads(text), records.loads(merged)
+    assert {k: v for k, v in after.items() if k != "parity"} == {k: v for k, v in before.items() if k != "digest"} | {
+        "digest": after["digest"]}
+    parity = after["parity"]
+    assert (parity["commit"], parity["tree_clean"], parity["command"]) == ("89abcdef0123456789abcdef0123456789abcdef",
+                                                                          False, "pytest tests/test_parity.py")
+    assert after["commit"] == before["commit"] != parity["commit"]  # each part names the run that wrote it
+    assert parity["strategies"]["fsdp2"] == {**NUMBERS, "grad": 4e-07} and parity["processes"] == 2
+    assert parity["failed_tests"] == ["tests/test_parity.py::x[fsdp]"] and parity["torch"] and parity["date"]
+    assert records.largest_difference(parity["strategies"]["fsdp2"]) == 4e-07
+    with pytest.raises(ValueError, match="edited after the run.*make records"):
+        records.with_parity(text.replace("passed = 4", "passed = 5"), section, "cpu", "hardware")
+    with pytest.raises(ValueError, match="cpu-hardware, this run measured xpu-emulated.*xpu-emulated.toml"):
+        records.with_parity(text, section, "xpu", "emulated")
+    beyond = records.dumps({**after, "parity": {**parity, "strategies": {"ddp": {**NUMBERS, "grad": 2e-05}}}})
+    assert records.problems(beyond) == ["parity of ddp: a difference above its tolerance rtol 1e-05"]
+    with pytest.raises(ValueError, match="the keys are"):
+        records.parity_section({"ddp": {"grad": 1e-07}}, processes=2, command="c", root=None)
+    partial = records.dumps({**after, "parity": {k: v for k, v in parity.items() if k != "commit"}})
+    assert records.problems(partial) == ["parity has no commit"]
+
+
+def test_the_collector_takes_the_parity_this_session_measured_on_the_device_under_test(tmp_path, monkeypatch):
+    """What tests/test_parity.py appends to ``ANYACCEL_PARITY_LOG``: lines written before the session and lines of
+    another device are not this run's; a failed parity test is listed; a parity-only run needs the device's record."""
+    from types import SimpleNamespace
+
+    from validation_record import PARITY_LOG_ENV, Collector, check_parity_record
+
+    log = tmp_path / "measured.jsonl"
+    log.write_text(json.dumps({"device": "cpu", "strategy": "fsdp", **NUMBERS}) + "\n")  # an earlier session's
+    monkeypatch.setenv(PARITY_LOG_ENV, str(log))
+    device = SimpleNamespace(type="cpu", level="hardware", is_cpu=True, emulated=False)
+    collector = Collector(device)
+    with log.open("a") as out:
+        out.write(json.dumps({"device": "cpu", "strategy": "ddp", **NUMBERS}) + "\n")
+        out.write(json.dumps({"device": "xpu", "strategy": "fsdp2", **NUMBERS}) + "\n")
+    assert collector.parity() == {"ddp": NUMBERS}
+    collector.outcomes = {"tests/test_parity.py::t[fsdp]": records.Outcome("failed"),
+                          "tests/test_parity.py::t[ddp]": records.Outcome("passed"),
+                          "tests/test_x.py::t": records.Outcome("failed")}
+    assert collector.parity_failures() == ["tests/test_parity.py::t[fsdp]"]
+    collector.pytest_unconfigure()
+    assert log.exists(), "a log the user named is theirs"
+    with pytest.raises(pytest.UsageError, match="no such record.*make records DEVICE_RECORDS=cpu"):
+        check_parity_record(tmp_path / "cpu-hardware.toml", device)
+    (tmp_path / "r.toml").write_text(_record_text(tmp_path / "made"))
+    check_parity_record(tmp_path / "r.toml", device)
+    with pytest.raises(pytest.UsageError, match="this run measured xpu-emulated"):
+        check_parity_record(tmp_path / "r.toml", SimpleNamespace(type="xpu", level="emulated"))
+
+
+def test_the_grid_and_the_device_pages_show_the_largest_difference_from_one_device():
+    """Per device type, per strategy the measurement of the strongest level (the largest of its records), rounded up
+    in the grid over the fp32 strategies; the kit's bf16 GPT-2 is listed with its own tolerance, not in the grid."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("device_pages", ROOT / "docs" / "_ext" / "device_pages.py")
+    pages = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pages)
+    assert [pages.upper_bound(v) for v in (3.2e-07, 3e-07, 9.5e-08, 1e-05, 0.0)] == ["4e-7", "3e-7", "1e-7", "1e-5", "0"]
+    suite = {"parity": {"processes": 2, "date": "2026-11-28", "strategies": {"ddp": NUMBERS,
+                                                                           "fsdp2": {**NUMBERS, "update": 6e-07}}}}
+    kit = {"date": "2026-11-29", "tests": {
+        "validate::ddp": {"outcome": "passed", "processes": 2, "parity": {**NUMBERS, "grad": 9e-07}},
+        "validate::transformer": {"outcome": "passed", "processes": 4,
+                                  "parity": {**NUMBERS, "grad": 6e-03, "rtol": 2e-02, "atol": 0.0}},
+        "validate::fsdp": {"outcome": "failed"}}}
+    emulated = {"parity": {"processes": 2, "date": "2026-11-27", "strategies": {"deepspeed_3": {**NUMBERS, "grad": 8e-06}}}}
+    entry = {"hardware": suite, "more": {"hardware": [kit]}, "emulated": emulated}
+    runs = {run["name"]: run for run in pages.parity_runs(entry)}
+    assert list(runs) == ["ddp", "fsdp2", "deepspeed_3", "transformer"]
+    assert runs["ddp"]["largest"] == 9e-07 and runs["ddp"]["processes"] == 2  # the larger of the level's two
+    assert (runs["deepspeed_3"]["level"], runs["transformer"]["processes"]) == ("emulated", 4)
+    with_backend, without = SimpleNamespace(backend="gloo"), SimpleNamespace(backend=None)
+    assert pages.parity_mark(with_backend, entry) == "H ≤9e-7"  # the bf16 GPT-2 (6e-3) is not an fp32 figure
+    assert pages.parity_mark(with_backend, {"emulated": emulated}) == "E ≤8e-6"
+    assert pages.parity_mark(with_backend, {}) == "–" and pages.parity_mark(without, entry) == "✗"
+    table = "\n".join(pages._parity_lines(with_backend, entry))
+    assert "| DDP | 2 | 9e-7 | rtol 1e-5, atol 1e-6 | run on hardware | 2026-11-29 |" in table, table
+    assert "| FSDP2 | 2 | 6e-7 | rtol 1e-5, atol 1e-6 | run on hardware |" in table, table
+    assert "| GPT-2 with DDP, bf16-mixed | 4 | 6e-3 | 2e-2 per tensor (bf16) | run on hardware |" in table, table
+    assert [pages._sci(v) for v in (3.17e-07, 1e-05, 6.3e-03)] == ["3.2e-7", "1e-5", "6.3e-3"]
+    assert "Not measured on this device yet." in "\n".join(pages._parity_lines(with_backend, {}))

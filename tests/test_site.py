@@ -275,7 +275,10 @@ def test_internal_links_resolve(site):
 
 
 def test_support_matrix_lists_every_device_of_the_table(site, browser):
-    """The support grid comes first on its page: one row per device type, one short mark per feature."""
+    """The support grid comes first on its page: one row per device type, one short mark per feature, and the
+    largest difference from one device (``E ≤4e-7``) from the records."""
+    import re
+
     import anyaccel_docs
     import device_pages
 
@@ -291,9 +294,11 @@ def test_support_matrix_lists_every_device_of_the_table(site, browser):
         for i, spec in enumerate(DEVICE_TABLE.values()):
             cells = rows.nth(i).locator("td").all_inner_texts()
             assert cells[0] == f"{device_pages.family_name(spec.type, pages, spec.name)} {spec.type}", cells
-            expected = [device_pages.feature_mark(spec, validation.get(spec.type, {}), f) for f in device_pages.FEATURES]
-            assert cells[1:] == expected, (spec.type, cells)
-            assert all(len(cell) <= 6 for cell in cells[1:]), cells  # a mark, not a paragraph
+            entry = validation.get(spec.type, {})
+            expected = [device_pages.feature_mark(spec, entry, f) for f in device_pages.FEATURES]
+            assert cells[1:] == [*expected, device_pages.parity_mark(spec, entry)], (spec.type, cells)
+            assert all(len(cell) <= 6 for cell in cells[1:-1]), cells  # a mark, not a paragraph
+            assert re.fullmatch(r"[HE] ≤[1-9]e-\d+|[–✗]", cells[-1]), cells
         table = visit.page.locator("table.anyaccel-support-matrix").inner_text()
         for spec in DEVICE_TABLE.values():
             if spec.backend:

@@ -14,11 +14,20 @@ each simulated type, from those tests alone. Such a test is never credited to th
 
 The commit comes from git in this checkout, or from ``LIGHTNING_ANYACCEL_COMMIT`` in a copy of the
 tree without ``.git`` (``lightning_anyaccel.tools.records.provenance``).
+
+Parity: ``tests/test_parity.py`` appends each strategy's measured differences, where its test passed, to the
+file ``ANYACCEL_PARITY_LOG`` names (one JSON line each); the collector points it at a file of this session
+(or reads what the session appends to the one given) and writes them into the record's ``[parity]`` section.
+``--parity-record PATH``: a parity-only run (``make records-parity``) replaces that section alone in the
+existing record ``PATH``, with its own provenance; the rest of the record stays as its run wrote it.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +40,11 @@ ROOT = Path(__file__).resolve().parents[1]
 EMULATED_NOTE = ("the emulated accelerator (lightning_anyaccel.emulator) under this device type's name: real tensors and"
                  " autocast on a PrivateUse1 (or torch's own xpu/hpu) device, host memory, CPU kernels,"
                  " collectives through the emulator's backend over gloo (not the vendor's collective library)")
+#: The variable tests/test_parity.py appends its measured differences to (one JSON line per strategy that passed).
+PARITY_LOG_ENV = "ANYACCEL_PARITY_LOG"
+#: The test file of parity (its failures are listed in the record's ``[parity]`` section), and the processes of
+#: its launch (``needs_devices(2)``: one 2-process launch per device under test).
+PARITY_TESTS, PARITY_PROCESSES = "tests/test_parity.py::", 2
 #: The code every pytest record covers besides the test files that ran (their commits age the record).
 COMMON_COVERS = ("src", "examples", "tests/conftest.py", "tests/front_ends.py", "tests/scripts",
                  "tests/validation_record.py")
@@ -69,6 +83,34 @@ class Collector:
         self.outcomes: dict[str, records.Outcome] = {}
         #: simulated device type -> nodeid -> outcome (with that type's features)
         self.simulated: dict[str, dict[str, records.Outcome]] = {}
+        # the parity log: pytest-xdist's workers, started after this, inherit the variable
+        given = os.environ.get(PARITY_LOG_ENV)
+        self.owns_log = given is None
+        if given is None:
+            handle, given = tempfile.mkstemp(prefix="anyaccel-parity-", suffix=".jsonl")
+            os.close(handle)
+            os.environ[PARITY_LOG_ENV] = given
+        self.parity_log = Path(given)
+        self.parity_offset = self.parity_log.stat().st_size if self.parity_log.exists() else 0
+
+    def pytest_unconfigure(self) -> None:
+        if self.owns_log:  # the session's own log, after the record was written
+            self.parity_log.unlink(missing_ok=True)
+            os.environ.pop(PARITY_LOG_ENV, None)
+
+    def parity(self) -> dict[str, dict[str, float]]:
+        """Per strategy, the differences the parity tests of this session measured on the device under test."""
+        if not self.parity_log.exists():
+            return {}
+        with self.parity_log.open(encoding="utf-8") as log:
+            log.seek(self.parity_offset)
+            lines = [json.loads(line) for line in log.read().splitlines() if line.strip()]
+        return {line["strategy"]: {k: line[k] for k in records.PARITY_KEYS}
+                for line in lines if line.get("device") == self.device.type}
+
+    def parity_failures(self) -> list[str]:
+        """The parity tests of this session that failed (their strategies have no numbers)."""
+        return sorted(n for n, t in self.outcomes.items() if n.startswith(PARITY_TESTS) and t.outcome == "failed")
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -121,9 +163,42 @@ def write_record(path: Path, device: Any, session: pytest.Session, collector: Co
         return
     files = sorted({nodeid.split("::", 1)[0] for nodeid in collector.outcomes})
     covers = [*COMMON_COVERS, *files, *(["src/lightning_anyaccel/emulator"] if device.emulated else [])]
-    _write(path, records.build_record(device_type=device.type, level=device.level, tests=collector.outcomes,
-                                      command=_command(session), covers=covers, root=ROOT, runner="pytest",
-                                      note=EMULATED_NOTE if device.emulated else ""))
+    record = records.build_record(device_type=device.type, level=device.level, tests=collector.outcomes,
+                                  command=_command(session), covers=covers, root=ROOT, runner="pytest",
+                                  note=EMULATED_NOTE if device.emulated else "")
+    measured, failed = collector.parity(), collector.parity_failures()
+    if measured or failed:
+        record["parity"] = records.parity_section(measured, processes=PARITY_PROCESSES, command=record["command"],
+                                                  root=ROOT, failed_tests=failed, date=record["date"])
+    _write(path, record)
+
+
+def check_parity_record(path: Path, device: Any) -> None:
+    """Before a parity-only run: ``path`` must be this device's record as its run wrote it (else a UsageError)."""
+    if not path.is_file():
+        raise pytest.UsageError(f"--parity-record {path}: no such record; a parity-only run adds its section to an"
+                                f" existing one: write it first (make records DEVICE_RECORDS={device.type})")
+    try:
+        records.with_parity(path.read_text(encoding="utf-8"), {}, device.type, device.level)
+    except ValueError as err:
+        raise pytest.UsageError(f"--parity-record {path}: {err}") from None
+
+
+def write_parity_record(path: Path, device: Any, session: pytest.Session, collector: Collector) -> None:
+    """Replace the ``[parity]`` section of the record ``path`` with this session's; the controller alone writes."""
+    if hasattr(session.config, "workerinput"):
+        return
+    measured, failed = collector.parity(), collector.parity_failures()
+    if not measured and not failed:
+        print(f"\nno parity measured on {device.type} in this run (tests/test_parity.py did not run there):"
+              f" {path} left as it was", file=sys.stderr)
+        return
+    section = records.parity_section(measured, processes=PARITY_PROCESSES, command=_command(session), root=ROOT,
+                                     failed_tests=failed)
+    records.write(path, records.with_parity(path.read_text(encoding="utf-8"), section, device.type, device.level))
+    print(f"\nparity of {len(measured)} strategies written to {path}"
+          f"{f', failed: {len(failed)}' if failed else ''}; commit {section['commit'][:12]}"
+          f"{'' if section['tree_clean'] else ' with uncommitted changes'}", file=sys.stderr)
 
 
 def write_simulated_records(folder: Path, session: pytest.Session, collector: Collector) -> None:

@@ -299,8 +299,10 @@ class SupportGrid(_TableDirective):
             entry = validation.get(spec.type, {})
             family = device_pages.family_name(spec.type, pages, spec.name)
             rows.append([f"{family} `{spec.type}`",
-                         *(device_pages.feature_mark(spec, entry, f) for f in device_pages.FEATURES)])
-        return [_table(["device", *device_pages.FEATURES.values()], rows, classes=["anyaccel-grid"])]
+                         *(device_pages.feature_mark(spec, entry, f) for f in device_pages.FEATURES),
+                         device_pages.parity_mark(spec, entry)])
+        return [_table(["device", *device_pages.FEATURES.values(), "same as 1 device"], rows,
+                       classes=["anyaccel-grid"])]
 
 
 def _rank_device(spec: Any) -> str:
@@ -390,6 +392,37 @@ class ValidationTable(_TableDirective):
                        widths=[10, 30, 30, 30]),
                 _table(["device type", *FEATURE_NAMES.values()], features)]
 
+
+
+class ParityTable(_TableDirective):
+    """Per record with parity: who measured it (the run's date, commit, torch, command), what, and how far off."""
+
+    def tables(self) -> list[nodes.Node]:
+        from lightning_anyaccel.tools import records
+
+        srcdir = Path(self.env.srcdir)
+        rows = []
+        for name, record in load_records(srcdir).items():
+            section = record.get("parity") or {}
+            kit = {test_id: test["parity"] for test_id, test in record.get("tests", {}).items() if test.get("parity")}
+            if section:
+                found = ", ".join(f"{strategy} {records.largest_difference(numbers):.1e}"
+                                  for strategy, numbers in section["strategies"].items())
+                failed = "; failed: " + ", ".join(f"`{t}`" for t in section["failed_tests"]) if section["failed_tests"] else ""
+                # its age: the commits to the code the record covers since the commit of the run that measured it
+                measured = {**section, "_age": records.age({**section, "covers": record.get("covers", [])}, srcdir)}
+                rows.append([f"`{name}`", f"{str(section['date'])[:10]}, {age_text(measured)},"
+                             f" torch {section.get('torch', '?')}: `{section['command']}`",
+                             f"{section['processes']} processes: {found}{failed}"])
+            if kit:
+                found = ", ".join(f"{test_id.removeprefix('validate::')} {records.largest_difference(numbers):.1e}"
+                                  for test_id, numbers in kit.items())
+                rows.append([f"`{name}`", f"{str(record['date'])[:10]}, {age_text(record)},"
+                             f" torch {record.get('torch', '?')}: `{record['command']}`", f"the kit's checks: {found}"])
+        if not rows:
+            return [_inline("No record carries parity yet.")]
+        return [_table(["record", "measured by", "largest relative difference per strategy"], rows,
+                       widths=[16, 44, 40])]
 
 
 # ---- the front door: status per device family, one generated page per device type -------------
@@ -599,6 +632,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("anyaccel-device-details", DeviceDetails)
     app.add_directive("anyaccel-install-table", InstallTable)
     app.add_directive("anyaccel-validation", ValidationTable)
+    app.add_directive("anyaccel-parity", ParityTable)
     app.connect("source-read", check_links_in_notebooks)
     app.connect("build-finished", write_root_redirect)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -48,6 +48,15 @@ FEATURES = {
     "transformer": "GPT-2",
 }
 MULTI_PROCESS = {"ddp", "fsdp", "fsdp2", "deepspeed"}
+#: The runs of parity in the users' words: a strategy's short name (``tools/parity_run.STRATEGIES``, the test
+#: suite's ``[parity]`` section) or a validation kit check's name (its test entry's ``parity``).
+PARITY_NAMES = {
+    "ddp": "DDP", "ddp_spawn": "DDP (spawn)", "fsdp": "FSDP", "fsdp_grad_op": "FSDP (SHARD_GRAD_OP)",
+    "fsdp2": "FSDP2", "deepspeed_1": "DeepSpeed ZeRO-1", "deepspeed_2": "DeepSpeed ZeRO-2",
+    "deepspeed_3": "DeepSpeed ZeRO-3", "deepspeed_2_offload": "DeepSpeed ZeRO-2, offloaded",
+    "deepspeed_3_offload": "DeepSpeed ZeRO-3, offloaded", "deepspeed": "DeepSpeed ZeRO-2",
+    "transformer": "GPT-2 with DDP, bf16-mixed",
+}
 #: marks of the comparison tables
 COMPARE_MARKS = {"yes": "✓", "differs": "⚠", "no": "✗"}
 
@@ -90,6 +99,90 @@ def feature_mark(spec: Any, entry: dict[str, Any], feature: str) -> str:
     return "–"
 
 
+def upper_bound(value: float) -> str:
+    """``value`` rounded up to one significant digit: ``3.2e-07`` -> ``4e-7`` (a bound, never below the value)."""
+    import math
+
+    if value <= 0:
+        return "0"
+    exponent = math.floor(math.log10(value))
+    mantissa = math.ceil(round(value / 10**exponent, 9))
+    if mantissa == 10:
+        mantissa, exponent = 1, exponent + 1
+    return f"{mantissa}e{exponent}"
+
+
+def _sci(value: float, digits: int = 1) -> str:
+    """``3.17e-07`` -> ``3.2e-7``, ``1e-05`` -> ``1e-5``: scientific notation without the exponent's padding."""
+    mantissa, exponent = f"{value:.{digits}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa and set(mantissa.split(".")[1]) == {"0"} else mantissa
+    return f"{mantissa}e{int(exponent)}"
+
+
+def parity_runs(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per run of parity, its measurement at the strongest level that has one: ``name`` (:data:`PARITY_NAMES`),
+    ``level``, ``processes``, ``largest`` (difference), ``rtol``, ``atol``, ``date``; in :data:`PARITY_NAMES`' order.
+
+    From a record's ``[parity]`` section (the test suite's) and from the parity of a validation kit check.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    for level in LEVEL_MARKS:
+        for record in records_at(entry, level):
+            section = record.get("parity") or {}
+            measured = [(name, numbers, section.get("processes"), section.get("date"))
+                        for name, numbers in section.get("strategies", {}).items()]
+            measured += [(name.removeprefix("validate::"), test["parity"], test.get("processes"), record.get("date"))
+                         for name, test in record.get("tests", {}).items()
+                         if test.get("parity") and test.get("outcome") == "passed"]
+            for name, numbers, processes, date in measured:
+                if name in found and found[name]["level"] != level:
+                    continue  # a stronger level measured it
+                largest = max(float(numbers[k]) for k in ("norm", "grad", "update"))
+                if name in found and found[name]["largest"] >= largest:
+                    continue  # the same level: the largest difference of its records
+                found[name] = {"name": name, "level": level, "processes": processes, "largest": largest,
+                               "rtol": float(numbers["rtol"]), "atol": float(numbers["atol"]), "date": date}
+    order = list(PARITY_NAMES)
+    return sorted(found.values(), key=lambda run: (order.index(run["name"]) if run["name"] in order else len(order),
+                                                   run["name"]))
+
+
+def parity_mark(spec: Any, entry: dict[str, Any]) -> str:
+    """The grid's parity cell: the largest fp32 difference any strategy measured against one device, rounded up
+    (``E ≤4e-7``: emulated), at the strongest level with a measurement; ``✗`` without a collective backend."""
+    if not spec.backend:
+        return "✗"
+    runs = parity_runs(entry)
+    for level, mark in LEVEL_MARKS.items():
+        fp32 = [run["largest"] for run in runs if run["level"] == level and run["atol"] > 0]
+        if fp32:
+            return f"{mark} ≤{upper_bound(max(fp32))}"
+    return "–"
+
+
+def _parity_lines(spec: Any, entry: dict[str, Any]) -> list[str]:
+    """The device page's table of parity: per strategy, the largest difference from one device and the tolerance."""
+    if not spec.backend:
+        return []
+    lines = ["### Same results as one device", "",
+             "Each strategy below trained the same model from the same weights on the same rows as one device did, "
+             "step by step; the table gives the largest relative difference found in any gradient, update or "
+             "gradient norm, and the tolerance it had to meet ([what this means](../validate_hardware.md"
+             "#what-a-parity-pass-means)).", ""]
+    runs = parity_runs(entry)
+    if not runs:
+        return [*lines, "Not measured on this device yet.", ""]
+    lines += [_row(["strategy", "processes", "largest difference", "tolerance", "where", "when"]),
+              _row(["---"] * 6)]
+    for run in runs:
+        tolerance = (f"rtol {_sci(run['rtol'], 0)}, atol {_sci(run['atol'], 0)}" if run["atol"] > 0
+                     else f"{_sci(run['rtol'], 0)} per tensor (bf16)")
+        lines.append(_row([PARITY_NAMES.get(run["name"], run["name"]), str(run["processes"] or "–"),
+                           _sci(run["largest"]), tolerance, LEVEL_WORDS[run["level"]],
+                           str(run["date"])[:10] if run["date"] else "–"]))
+    return [*lines, ""]
+
+
 def badge_text(entry: dict[str, Any]) -> str:
     """What ran, in a few words: ``run on NVIDIA H200, 1 process``, ``emulated, 2 processes``, ``simulated only``."""
     status = entry.get("status", "untested")
@@ -112,9 +205,9 @@ def _row(cells: list[str]) -> str:
 
 
 def _grid_lines(spec: Any, entry: dict[str, Any]) -> list[str]:
-    header = list(FEATURES.values())
+    header = [*FEATURES.values(), "same as 1 device"]
     return [_row(header), _row(["---"] * len(header)),
-            _row([feature_mark(spec, entry, f) for f in FEATURES])]
+            _row([*(feature_mark(spec, entry, f) for f in FEATURES), parity_mark(spec, entry)])]
 
 
 def device_page(spec: Any, entry: dict[str, Any], facts: dict[str, Any], trainer_lines: str,
@@ -167,7 +260,8 @@ def device_page(spec: Any, entry: dict[str, Any], facts: dict[str, Any], trainer
               "**H** ran on hardware, **E** on an emulated device, **S** simulated only "
               "([what each level shows](../evidence.md)); DDP, FSDP, FSDP2 and DeepSpeed trained with 2 processes "
               "unless a number says otherwise, (1): one; "
-              "✗ not supported; – not tested.", "", *_grid_lines(spec, entry), "",
+              "✗ not supported; – not tested; \"same as 1 device\": the largest difference between the "
+              "strategies and one device (below).", "", *_grid_lines(spec, entry), "", *_parity_lines(spec, entry),
               "Every device at once: the [support grid](../support_matrix.md). Have this device? "
               "[Validate it](../validate_hardware.md).", ""]
     return "\n".join(lines)

@@ -10,7 +10,8 @@ that one file (docs/validate_hardware.md).
 The checks (:data:`CHECKS`): a fit on one device, bf16-mixed and 16-mixed where the device autocasts
 them, ``DeviceStatsMonitor``, a checkpoint saved on the device and resumed, an all-reduce over 2
 processes, DDP, FSDP, FSDP2 and DeepSpeed ZeRO-2 fits (2 processes where there are 2 devices, else 1,
-and the record says so), and a GPT-2 step where ``transformers`` is installed. A check that can not
+and the record says so), and a GPT-2 step where ``transformers`` is installed (with 2 devices or more also
+DDP on every device against one device, :mod:`lightning_anyaccel.tools.parity_gpt2`). A check that can not
 run here is skipped with its reason, never counted as a pass. ``--checks fit,ddp`` runs some.
 
 A device type the machine lacks is one line and exit status 2. Interrupted (Ctrl-C, ``SIGTERM``), the
@@ -35,8 +36,8 @@ from types import FrameType
 from typing import Any
 
 from lightning_anyaccel.tools import records
-from lightning_anyaccel.tools.validation_checks import (BY_NAME, CHECKS, KitCheck, judge, judge_parity, process_count,
-                                                        skip_reason, worker)
+from lightning_anyaccel.tools.validation_checks import (BY_NAME, CHECKS, KitCheck, judge, judge_parity, parity_processes,
+                                                        process_count, skip_reason, worker)
 
 #: The emulated accelerator of the repository's tests announces itself in this variable: a record of a
 #: run on it is at level "emulated", never "hardware" (lightning_anyaccel.emulator, docs/emulator.md).
@@ -57,16 +58,19 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
 
-def _run_check(check: KitCheck, device_type: str, count: int, env: dict[str, str]) -> records.Outcome:
+def _run_check(check: KitCheck, device_type: str, count: int, env: dict[str, str],
+               control: str = "none") -> records.Outcome:
     from lightning_anyaccel.tools.local_runs import run_bounded
 
     processes = process_count(check, count)
+    compared = parity_processes(check, count)  # the processes of its parity, where it has one here
     reason = skip_reason(check, device_type, count)
     if reason:
         return records.Outcome("skipped", check.features, processes, reason)
     with tempfile.TemporaryDirectory(prefix=f"anyaccel-validate-{check.name}-") as tmp:
         cmd = [sys.executable, "-m", "lightning_anyaccel.validate", "--worker", check.name, "--device", device_type,
-               "--devices", str(processes or 1), "--out", tmp]
+               "--devices", str(compared or processes or 1), "--out", tmp,
+               *(["--parity-control", control] if control != "none" else [])]
         try:
             proc = run_bounded(cmd, timeout=SLOW_CHECK_TIMEOUT if check.slow else CHECK_TIMEOUT, env=env)
         except subprocess.TimeoutExpired as late:
@@ -78,11 +82,14 @@ def _run_check(check: KitCheck, device_type: str, count: int, env: dict[str, str
             return records.Outcome("failed", check.features, processes, f"exit {proc.returncode}: {error.strip()[:300]}")
         try:
             detail = judge(check, device_type, processes, ranks)
-            if not check.parity:
+            if compared is None:
+                if check.parity:  # a check with its own parity, on one device
+                    detail += f"; parity with one device not checked: needs 2 {device_type} devices, found {count}"
                 return records.Outcome("passed", check.features, processes, detail)
-            measured = judge_parity(check, processes, Path(tmp))  # a ParityError names the step and tensor
-            detail += f"; matches one device: {measured['line']}"
-            return records.Outcome("passed", check.features, processes, detail, parity=measured["numbers"])
+            measured = judge_parity(check, compared, Path(tmp))  # a ParityError names the step and tensor
+            who = f"{compared} processes of {check.parity} match" if check.own_parity else "matches"
+            detail += f"; {who} one device: {measured['line']}"
+            return records.Outcome("passed", check.features, compared, detail, parity=measured["numbers"])
         except AssertionError as err:
             return records.Outcome("failed", check.features, processes, str(err)[:300])
 
@@ -93,8 +100,11 @@ def _level(device_type: str) -> str:
 
 
 def run(device_type: str, checks: list[KitCheck], record_path: Path, command: str,
-        echo: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run ``checks`` on ``device_type``, one after the other with progress lines; write and return the record."""
+        echo: Callable[[str], None] = print, control: str = "none") -> dict[str, Any]:
+    """Run ``checks`` on ``device_type``, one after the other with progress lines; write and return the record.
+
+    ``control`` breaks every parity run on purpose (the kit's tests: a broken strategy must fail its check).
+    """
     from lightning_anyaccel.device import runtime
     from lightning_anyaccel.device.devices import is_host
     from lightning_anyaccel.tools.local_runs import child_env
@@ -107,7 +117,7 @@ def run(device_type: str, checks: list[KitCheck], record_path: Path, command: st
     for index, check in enumerate(checks, 1):
         started = time.monotonic()
         echo(f"[{index:>2}/{len(checks)}] {check.name} ...")
-        outcome = _run_check(check, device_type, count, env)
+        outcome = _run_check(check, device_type, count, env, control)
         outcomes[f"validate::{check.name}"] = outcome
         echo(f"[{index:>2}/{len(checks)}] {check.name}: {outcome.outcome.upper()} ({time.monotonic() - started:.0f} s)"
              f" {outcome.reason}")
@@ -130,9 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--devices", default=1, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, type=Path, help=argparse.SUPPRESS)
+    # a negative control of tools/parity.py (CONTROLS) in every parity run: the kit's tests show it fails
+    parser.add_argument("--parity-control", default="none", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    from lightning_anyaccel.tools.parity import CONTROLS
+
+    if args.parity_control not in CONTROLS:
+        parser.error(f"--parity-control {args.parity_control!r}: one of {', '.join(CONTROLS)}")
     if args.worker:
-        worker(BY_NAME[args.worker], args.device, args.devices, args.out)
+        worker(BY_NAME[args.worker], args.device, args.devices, args.out, args.parity_control)
         return 0
 
     from lightning_anyaccel.device import runtime
@@ -157,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python", "-m", "lightning_anyaccel.validate", *(argv if argv is not None else sys.argv[1:])])
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        record = run(device_type, checks, record_path, command)
+        record = run(device_type, checks, record_path, command, control=args.parity_control)
     except (KeyboardInterrupt, Interrupted) as why:
         print(f"validate: interrupted ({why or 'SIGINT'}): every process it started has ended; no record written",
               file=sys.stderr)

@@ -12,7 +12,10 @@ It says:
   (``covers``: the support matrix counts the commits to them since, :func:`age`);
 - when and with what: the date, the command, torch, Lightning, Python and vendor versions;
 - what happened: every test's outcome (and a skip's reason), the counts, and per feature of
-  :data:`FEATURES` whether the tests credited with it passed.
+  :data:`FEATURES` whether the tests credited with it passed;
+- ``[parity]``, where the parity tests ran: per strategy, the largest relative differences N processes
+  measured against one device and the tolerance met (:func:`parity_section`), with the provenance of the
+  run that measured them (a parity-only run replaces this section alone, :func:`with_parity`).
 
 Feature credit is explicit: a test names the features its pass proves (``@pytest.mark.feature(...)``
 in the tests; the kit's checks name theirs), and only tests that passed count. Nothing in a record is
@@ -134,6 +137,71 @@ def summarise(tests: Mapping[str, Outcome]) -> dict[str, Any]:
     passed = [t.processes or 1 for t in tests.values() if t.outcome == "passed"]
     return {**counts, "failed_tests": sorted(n for n, t in tests.items() if t.outcome == "failed"),
             "max_processes": max(passed, default=0), "features": features}
+
+
+# ---- parity: the largest differences N processes measured against one device ----------------------------
+
+#: The numbers of one parity measurement (``parity_compare.ParityReport``): optimizer steps compared, the largest
+#: relative differences of the global gradient norm, the gradients and the updates, and the tolerance met.
+PARITY_KEYS = ("steps", "norm", "grad", "update", "rtol", "atol")
+#: The provenance a ``[parity]`` section carries: the run that measured it, which may be younger than the record's.
+PARITY_PROVENANCE = ("date", "commit", "tree_clean", "commit_source", "command", "torch", "lightning", "python",
+                     "processes", "failed_tests")
+
+
+def parity_section(strategies: Mapping[str, Mapping[str, float]], *, processes: int, command: str,
+                   root: Path | None, failed_tests: Iterable[str] = (),
+                   date: datetime.datetime | None = None) -> dict[str, Any]:
+    """A record's ``[parity]`` section: per strategy the numbers of :data:`PARITY_KEYS`, with this run's provenance.
+
+    ``processes``: how many processes each strategy ran with; ``failed_tests``: the parity tests of this run
+    that failed (their strategies have no numbers).
+    """
+    for name, numbers in strategies.items():
+        if set(numbers) != set(PARITY_KEYS):
+            raise ValueError(f"parity of {name}: the keys are {sorted(numbers)}, not {list(PARITY_KEYS)}")
+    when = (date or datetime.datetime.now(datetime.timezone.utc)).replace(microsecond=0)
+    facts = software()
+    return {"date": when, **provenance(root), "command": command,
+            **{k: facts[k] for k in ("torch", "lightning", "python") if k in facts},
+            "processes": processes, "failed_tests": sorted(failed_tests),
+            "strategies": {name: {k: strategies[name][k] for k in PARITY_KEYS} for name in sorted(strategies)}}
+
+
+def with_parity(text: str, section: Mapping[str, Any], device_type: str, level: str) -> dict[str, Any]:
+    """The record ``text`` with its ``[parity]`` section replaced by ``section`` (a parity-only run's).
+
+    The rest stays as its run wrote it; ``ValueError`` naming the fix where ``text`` is not a record a run wrote
+    (:func:`problems`) or is another device type's or level's.
+    """
+    found = problems(text)
+    if found:
+        raise ValueError(f"the record is not what its run wrote ({'; '.join(found)}): write it again with"
+                         " `make records` before adding parity to it")
+    record = loads(text)
+    if (record.get("device_type"), record.get("level")) != (device_type, level):
+        raise ValueError(f"the record is {record.get('device_type')}-{record.get('level')}, this run measured"
+                         f" {device_type}-{level}: give that device's record (docs/records/{device_type}-{level}.toml)")
+    return {**{k: v for k, v in record.items() if k not in ("digest", "parity")}, "parity": dict(section)}
+
+
+def parity_problems(section: Any) -> list[str]:
+    """Why a ``[parity]`` section is not what a run measures (empty when it is): its keys, and every difference
+    within its tolerance (a run writes a strategy's numbers only where they passed)."""
+    if not isinstance(section, Mapping):
+        return [f"parity is {type(section).__name__}, not a table"]
+    found = [f"parity has no {key}" for key in (*PARITY_PROVENANCE, "strategies") if key not in section]
+    for name, numbers in dict(section.get("strategies", {})).items():
+        if not isinstance(numbers, Mapping) or set(numbers) != set(PARITY_KEYS):
+            found.append(f"parity of {name}: not the keys {list(PARITY_KEYS)}")
+        elif max(numbers["norm"], numbers["grad"], numbers["update"]) > numbers["rtol"]:
+            found.append(f"parity of {name}: a difference above its tolerance rtol {numbers['rtol']:g}")
+    return found
+
+
+def largest_difference(numbers: Mapping[str, float]) -> float:
+    """The largest relative difference of one parity measurement: the gradient norm, the gradients or the updates."""
+    return max(float(numbers["norm"]), float(numbers["grad"]), float(numbers["update"]))
 
 
 # ---- provenance: the commit, the versions, the device ------------------------------------------------
@@ -310,9 +378,14 @@ def _key(key: str) -> str:
 
 
 def _body(record: Mapping[str, Any]) -> str:
-    lines = [f"{_key(k)} = {_value(v)}" for k, v in record.items() if k not in ("features", "tests", "digest")]
+    lines = [f"{_key(k)} = {_value(v)}" for k, v in record.items()
+             if k not in ("features", "tests", "digest", "parity")]
     lines += ["", "[features]", *(f"{_key(k)} = {_value(v)}" for k, v in record.get("features", {}).items())]
     lines += ["", "[tests]", *(f"{_key(k)} = {_value(v)}" for k, v in record.get("tests", {}).items())]
+    if record.get("parity"):
+        section = dict(record["parity"])
+        lines += ["", "[parity]", *(f"{_key(k)} = {_value(v)}" for k, v in section.items() if k != "strategies")]
+        lines += ["", "[parity.strategies]", *(f"{_key(k)} = {_value(v)}" for k, v in section["strategies"].items())]
     return "\n".join(lines) + "\n"
 
 
@@ -377,6 +450,8 @@ def problems(text: str) -> list[str]:
             found.append(f"{key} = {record.get(key)!r}, but its tests give {value!r}")
     if record.get("level") not in LEVELS:
         found.append(f"level {record.get('level')!r}: one of {LEVELS}")
+    if "parity" in record:
+        found += parity_problems(record["parity"])
     return found
 
 

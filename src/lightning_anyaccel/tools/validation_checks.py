@@ -29,6 +29,9 @@ class KitCheck:
         parity: judged by parity (:mod:`lightning_anyaccel.tools.parity`): the run of this short name of
             :data:`lightning_anyaccel.tools.parity_run.STRATEGIES` must reproduce the serial one-device
             run, per step and per tensor, within the fp32 tolerance; empty: judged by its loss.
+        own_parity: judged by its loss and, where the device has 2 devices or more, also by the parity of its
+            own model (the GPT-2 of :mod:`lightning_anyaccel.tools.parity_gpt2`) trained with ``parity`` on
+            every device against one device, in the check's precision.
     """
 
     name: str
@@ -38,6 +41,7 @@ class KitCheck:
     multi_process: bool = False
     slow: bool = False
     parity: str = ""
+    own_parity: bool = False
 
 
 CHECKS: tuple[KitCheck, ...] = (
@@ -52,7 +56,7 @@ CHECKS: tuple[KitCheck, ...] = (
     KitCheck("fsdp2", ("fsdp2",), strategy="any_fsdp2", multi_process=True, parity="fsdp2"),
     KitCheck("deepspeed", ("deepspeed",), strategy="any_deepspeed_stage_2", multi_process=True, slow=True,
              parity="deepspeed_2"),
-    KitCheck("transformer", ("transformer",), precision="bf16-mixed", slow=True),
+    KitCheck("transformer", ("transformer",), precision="bf16-mixed", slow=True, parity="ddp", own_parity=True),
 )
 BY_NAME = {check.name: check for check in CHECKS}
 
@@ -67,6 +71,19 @@ class Skip(Exception):
 def process_count(check: KitCheck, count: int) -> int | None:
     """How many processes ``check`` runs with on ``count`` devices (``None``: a single-process check)."""
     return min(2, count) if check.multi_process else None
+
+
+def parity_processes(check: KitCheck, count: int) -> int | None:
+    """How many processes the parity of ``check`` trains with on ``count`` devices (``None``: no parity).
+
+    A check judged by parity compares its own processes (:func:`process_count`); a check with its own parity
+    compares every device (N = ``count``) where there are 2 or more.
+    """
+    if not check.parity:
+        return None
+    if check.own_parity:
+        return count if count >= 2 else None
+    return process_count(check, count)
 
 
 def skip_reason(check: KitCheck, device_type: str, count: int) -> str | None:
@@ -174,8 +191,19 @@ def _loader(check: KitCheck) -> Any:
     return demo_loader()
 
 
-def worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
-    """Run ``check`` in this process (a rank of it) and write what it saw to ``out/rank<N>.json``."""
+def _launching() -> bool:
+    """Whether this process is the one the kit started (not a rank a strategy launched from it)."""
+    import os
+
+    return all(os.environ.get(key, "0") == "0" for key in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+
+
+def worker(check: KitCheck, device_type: str, devices: int, out: Path, control: str = "none") -> None:
+    """Run ``check`` in this process (a rank of it) and write what it saw to ``out/rank<N>.json``.
+
+    ``devices``: the processes of its parity where it has one. ``control`` breaks the parity's run on purpose
+    (:data:`lightning_anyaccel.tools.parity.CONTROLS`): the kit's own tests show that a broken strategy fails.
+    """
     import torch
     from lightning.pytorch import Callback, Trainer
     from typing_extensions import override
@@ -189,8 +217,11 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
 
         (out / "rank0.json").write_text(json.dumps({"rank": 0, "detail": check_collective(device_type)}))
         return
-    if check.parity:
-        _parity_worker(check, device_type, devices, out)
+    if check.parity and not check.own_parity:
+        _parity_worker(check, device_type, devices, out, control)
+        return
+    if check.own_parity and not _launching():  # a rank DDP launched for the parity: only the parity
+        _own_parity(check, device_type, devices, out / "parity", control)
         return
     torch.manual_seed(0)
     seen: dict[str, Any] = {}
@@ -230,7 +261,8 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
 
     def fit(max_steps: int, ckpt_path: str | None = None) -> tuple[Trainer, Any]:
         model = _model(check)
-        trainer = Trainer(accelerator=AnyAccelerator(device_type), strategy=strategy, devices=devices,
+        trainer = Trainer(accelerator=AnyAccelerator(device_type), strategy=strategy,
+                          devices=1 if check.own_parity else devices,
                           precision=check.precision,  # type: ignore[arg-type]  # a str of Lightning's literals
                           max_steps=max_steps, logger=logger, callbacks=callbacks,
                           log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False,
@@ -263,20 +295,37 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
         resumed, again = fit(8, ckpt_path=str(path))
         result["resumed_step"], result["resumed_losses"] = resumed.global_step, again.losses
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(result))
+    if check.own_parity and devices >= 2:
+        _own_parity(check, device_type, devices, out / "parity", control)
 
 
-def _parity_worker(check: KitCheck, device_type: str, devices: int, out: Path) -> None:
+def _own_parity(check: KitCheck, device_type: str, devices: int, out: Path, control: str) -> None:
+    """The parity of the check's own model (the GPT-2): the serial runs first (the launching process), then DDP
+    on ``devices`` processes, in the check's precision (:mod:`lightning_anyaccel.tools.parity_gpt2`)."""
+    import torch
+
+    from lightning_anyaccel.device.devices import device_of
+    from lightning_anyaccel.tools import parity_gpt2
+
+    if _launching():
+        out.mkdir(parents=True, exist_ok=True)
+        device = device_of(device_type, 0)
+        torch.save(parity_gpt2.reference_run(device, devices), out / "reference.pt")
+        if check.precision == "bf16-mixed":
+            torch.save(parity_gpt2.reference_run(device, devices, "bf16-mixed"), out / "reference-bf16.pt")
+    parity_gpt2.fit(device_type, devices, check.precision, control, out)
+
+
+def _parity_worker(check: KitCheck, device_type: str, devices: int, out: Path, control: str) -> None:
     """A parity check's rank: the serial reference first (the launching rank), then the strategy's run."""
-    import os
-
     import torch
 
     from lightning_anyaccel.device.devices import device_of
     from lightning_anyaccel.tools import parity, parity_run
 
-    if all(os.environ.get(key, "0") == "0" for key in ("LOCAL_RANK", "NODE_RANK", "RANK")):
+    if _launching():
         torch.save(parity.reference_run(device_of(device_type, 0), devices), out / "reference.pt")
-    trainer, model = parity_run.fit(device_type, check.parity, devices, 1, check.precision, "none", out / check.parity)
+    trainer, model = parity_run.fit(device_type, check.parity, devices, 1, check.precision, control, out / check.parity)
     result = {"rank": trainer.global_rank, "world_size": trainer.world_size, "global_step": trainer.global_step,
               "losses": model.losses, "root_device": str(trainer.strategy.root_device),
               "param_device": model.param_device, "batch_device": model.batch_device, "autocast": [],
@@ -292,7 +341,8 @@ def judge_parity(check: KitCheck, processes: int | None, out: Path) -> dict[str,
     """
     from lightning_anyaccel.tools import parity_run
 
-    report = parity_run.judge(out, check.parity, processes or 1, check.precision)
+    where = out / "parity" if check.own_parity else out
+    report = parity_run.judge(where, check.parity, processes or 1, check.precision)
     numbers = {key: value for key, value in report.as_dict().items() if key != "strategy"}
     return {"line": report.line().partition(": ")[2], "numbers": numbers}
 
@@ -309,7 +359,7 @@ def judge(check: KitCheck, device_type: str, processes: int | None, ranks: list[
         raise AssertionError(f"{len(ranks)} of {expected} processes reported")
     if check.name == "collective":
         return str(ranks[0]["detail"])
-    steps = 4 if check.name == "checkpoint" else 3 if check.parity else 6
+    steps = 4 if check.name == "checkpoint" else 3 if check.parity and not check.own_parity else 6
     for rank in ranks:
         if rank["global_step"] != steps:
             raise AssertionError(f"rank {rank['rank']} stopped at step {rank['global_step']}")
@@ -351,4 +401,5 @@ def judge(check: KitCheck, device_type: str, processes: int | None, ranks: list[
     return f"{where}{backend}, loss {first['losses'][0]:.3f} -> {first['losses'][-1]:.3f}"
 
 
-__all__ = ["BY_NAME", "CHECKS", "KitCheck", "Skip", "judge", "judge_parity", "process_count", "skip_reason", "worker"]
+__all__ = ["BY_NAME", "CHECKS", "KitCheck", "Skip", "judge", "judge_parity", "parity_processes", "process_count",
+           "skip_reason", "worker"]
