@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -168,8 +169,11 @@ def test_records_exist():
 
 
 def _docs_extension():
+    """docs/_ext/anyaccel_docs.py as Sphinx loads it: with docs/_ext on the path (it imports device_pages)."""
     import importlib.util
 
+    if str(ROOT / "docs" / "_ext") not in sys.path:
+        sys.path.insert(0, str(ROOT / "docs" / "_ext"))
     spec = importlib.util.spec_from_file_location("anyaccel_docs", ROOT / "docs" / "_ext" / "anyaccel_docs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
