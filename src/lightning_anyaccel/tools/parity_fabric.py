@@ -83,12 +83,11 @@ def fit(device_type: str | None, name: str, devices: int, num_nodes: int, precis
         optimizer = fabric.setup_optimizers(
             torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=parity.LR, momentum=0.9))
     kind = parity.kind_of(fabric.strategy, net)
-    root = module  # FSDP1 gathers through the root FSDP module in it
     batches = fabric.setup_dataloaders(parity.loader(fabric.world_size, fabric.global_rank),
                                        use_distributed_sampler=False)
     steps = []
     for x, y in batches:
-        before = parity.full_tensors(kind, net, root)
+        before = parity.full_tensors(kind, net, module)
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(module(x).float(), y)
         if control == "drop_rank_grad" and fabric.global_rank == 1:
@@ -96,17 +95,17 @@ def fit(device_type: str | None, name: str, devices: int, num_nodes: int, precis
         if control == "sum_grads":
             loss = loss * fabric.world_size
         fabric.backward(loss, model=module)
-        record = parity.StepRecord(grads=parity.full_tensors(kind, net, root, grads=True))
+        record = parity.StepRecord(grads=parity.full_tensors(kind, net, module, grads=True))
         record.norm_before = parity.global_norm(record.grads)
         if kind == "deepspeed":  # the engine clips inside its step (config "gradient_clipping")
             coefficient = parity.clip_coefficient(record.norm_before)
             record.norm_after = parity.global_norm({n: g * coefficient for n, g in record.grads.items()})
         else:
             fabric.clip_gradients(module, optimizer, max_norm=parity.CLIP)
-            record.norm_after = parity.global_norm(parity.full_tensors(kind, net, root, grads=True))
+            record.norm_after = parity.global_norm(parity.full_tensors(kind, net, module, grads=True))
         if not (control == "skip_update" and fabric.global_rank == 1):
             optimizer.step()
-        after = parity.full_tensors(kind, net, root)
+        after = parity.full_tensors(kind, net, module)
         record.update = {n: after[n] - before[n] for n in record.grads}
         record.frozen = {n: t for n, t in after.items() if n not in record.update}
         steps.append(record.as_dict())
