@@ -3,7 +3,8 @@
 One 2-process launch per device under test (``--device``: CPU, and each emulated device of ``make test``)
 trains, one after the other in the same processes, through the Trainer DDP (also with
 ``find_unused_parameters``), FSDP (full shard, SHARD_GRAD_OP, and CPU offload where the device is not
-the host), FSDP2 and, where DeepSpeed runs on the device type, ZeRO-1, ZeRO-2, ZeRO-3, each also with
+the host), FSDP2, tensor parallelism (``any_model_parallel``'s default: the 2 processes one tensor-parallel
+group, the middle layers split) and, where DeepSpeed runs on the device type, ZeRO-1, ZeRO-2, ZeRO-3, each also with
 optimizer offload (ZeRO-3: parameters too); then the same strategies through a plain Fabric loop
 (``tools/parity_fabric.py``). 3 steps each with gradient clipping, from the weights and rows of a serial
 reference run on one device (rank 0, before the strategies). Then the negative controls, each of which
@@ -40,8 +41,8 @@ def _strategies(device) -> list[str]:
     deepspeed = DEEPSPEED if deepspeed_runs_on(device.type) else []
     # CPU offload on CPU is refused up front (nothing to offload to: tests/test_sharding_errors.py)
     trainer = ["ddp", *([] if _unpinned(device) else ["ddp_find_unused"]), "fsdp", "fsdp_grad_op",
-               *([] if is_host(device.type) else ["fsdp_cpu_offload"]), "fsdp2", *deepspeed]
-    return trainer + [f"fabric_{name}" for name in ["ddp", "fsdp", "fsdp2", *deepspeed]]
+               *([] if is_host(device.type) else ["fsdp_cpu_offload"]), "fsdp2", "model_parallel", *deepspeed]
+    return trainer + [f"fabric_{name}" for name in ["ddp", "fsdp", "fsdp2", "model_parallel", *deepspeed]]
 
 
 def _unpinned(device) -> bool:
@@ -70,8 +71,8 @@ CONTROLS = {
 #: bf16-mixed against the serial bf16-mixed run. FSDP1 is not among them: its MixedPrecision computes in
 #: bf16 parameters rather than autocast, measured 3e-2 from the serial autocast run (above the tolerance).
 BF16 = ["ddp@bf16", "fsdp2@bf16"]
-STRATEGY_NAMES = ["ddp", "ddp_find_unused", "fsdp", "fsdp_grad_op", "fsdp_cpu_offload", "fsdp2", *DEEPSPEED,
-                  *(f"fabric_{name}" for name in ["ddp", "fsdp", "fsdp2", *DEEPSPEED])]
+STRATEGY_NAMES = ["ddp", "ddp_find_unused", "fsdp", "fsdp_grad_op", "fsdp_cpu_offload", "fsdp2", "model_parallel",
+                  *DEEPSPEED, *(f"fabric_{name}" for name in ["ddp", "fsdp", "fsdp2", "model_parallel", *DEEPSPEED])]
 
 
 @pytest.fixture(scope="module")

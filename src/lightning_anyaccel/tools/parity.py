@@ -11,7 +11,9 @@ and raises :class:`ParityError` naming the step and tensor that differ.
 A ``DistributedSampler`` without shuffling gives rank ``r`` rows ``r, r + N, ...``: the N shares of step
 ``s`` together are rows ``s * B`` to ``(s + 1) * B`` of the data set, the reference's batch ``s``. Each
 rank's loss is the mean over its share; the strategy averages the gradients, which equals the
-gradient of the mean over the whole batch.
+gradient of the mean over the whole batch. With tensor parallelism (``any_model_parallel``'s default: the
+processes of a node form one tensor-parallel group) the middle layers are split column-wise, then
+row-wise, across the group, whose ranks take the same rows: the data-parallel ranks share the batch.
 """
 
 from __future__ import annotations
@@ -77,13 +79,18 @@ def dataset(world_size: int) -> TensorDataset:
     return TensorDataset(x, y)
 
 
-def loader(world_size: int, rank: int) -> DataLoader[Any]:
-    """Rank ``rank``'s loader: rows ``rank, rank + world_size, ...`` in order (no shuffling, whatever the Trainer does)."""
+def loader(world_size: int, rank: int, replicas: int | None = None) -> DataLoader[Any]:
+    """Rank ``rank``'s loader: rows ``rank, rank + replicas, ...`` in order (no shuffling, whatever the Trainer does).
+
+    ``replicas`` (default ``world_size``) is how many ways the global batch of ``world_size * PER_RANK_BATCH`` rows
+    is split: with tensor parallelism, the data-parallel size (the ranks of one tensor-parallel group see the same rows).
+    """
     from torch.utils.data.distributed import DistributedSampler
 
+    replicas = replicas or world_size
     data = dataset(world_size)
-    sampler: DistributedSampler[Any] = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=False)
-    return DataLoader(data, batch_size=PER_RANK_BATCH, sampler=sampler)
+    sampler: DistributedSampler[Any] = DistributedSampler(data, num_replicas=replicas, rank=rank, shuffle=False)
+    return DataLoader(data, batch_size=world_size * PER_RANK_BATCH // replicas, sampler=sampler)
 
 
 def _clean(name: str) -> str:
@@ -223,6 +230,10 @@ class ParityModule(LightningModule):
             return  # DDP, FSDP1 (wraps by policy), DeepSpeed (partitions itself)
         from torch.distributed.fsdp import fully_shard
 
+        if mesh["tensor_parallel"].size() > 1:  # any_model_parallel: the middle layers split across the group
+            from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+            parallelize_module(self.net, mesh["tensor_parallel"], {"2": ColwiseParallel(), "4": RowwiseParallel()})
         for layer in self.net:
             if isinstance(layer, torch.nn.Linear):
                 fully_shard(layer, mesh=mesh["data_parallel"])
@@ -235,7 +246,11 @@ class ParityModule(LightningModule):
 
     @override
     def train_dataloader(self) -> DataLoader[Any]:
-        return loader(self.trainer.world_size, self.trainer.global_rank)
+        mesh = self.device_mesh
+        if mesh is None:
+            return loader(self.trainer.world_size, self.trainer.global_rank)
+        data_parallel = mesh["data_parallel"]
+        return loader(self.trainer.world_size, data_parallel.get_local_rank(), data_parallel.size())
 
     @override
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:

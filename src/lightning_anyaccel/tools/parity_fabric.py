@@ -17,7 +17,7 @@ import torch
 from lightning_anyaccel.tools import parity
 
 #: Short names of the Fabric runs (:func:`build_strategy`): ``fabric_`` and the Trainer run of the same strategy.
-STRATEGIES = ("fabric_ddp", "fabric_fsdp", "fabric_fsdp2", "fabric_deepspeed_1", "fabric_deepspeed_2",
+STRATEGIES = ("fabric_ddp", "fabric_fsdp", "fabric_fsdp2", "fabric_model_parallel", "fabric_deepspeed_1", "fabric_deepspeed_2",
               "fabric_deepspeed_3", "fabric_deepspeed_1_offload", "fabric_deepspeed_2_offload",
               "fabric_deepspeed_3_offload")
 
@@ -33,6 +33,15 @@ def shard_each_layer(module: torch.nn.Module, device_mesh: Any) -> torch.nn.Modu
     return module
 
 
+def split_middle_layers(module: torch.nn.Module, device_mesh: Any) -> torch.nn.Module:
+    """The ``parallelize_fn`` of the tensor-parallel run: the middle layers split across the tensor-parallel group
+    (column-wise, then row-wise), then :func:`shard_each_layer` over the data-parallel dimension."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    parallelize_module(module, device_mesh["tensor_parallel"], {"2": ColwiseParallel(), "4": RowwiseParallel()})
+    return shard_each_layer(module, device_mesh)
+
+
 def build_strategy(name: str) -> Any:
     """The package's Fabric strategy for a short ``name`` of :data:`STRATEGIES`, set up as the Trainer run's."""
     from lightning_anyaccel import fabric
@@ -45,6 +54,8 @@ def build_strategy(name: str) -> Any:
         return anyaccel.AnyFSDPStrategy(auto_wrap_policy={torch.nn.Linear}, use_orig_params=True)
     if short == "fsdp2":
         return anyaccel.AnyModelParallelStrategy(shard_each_layer, tensor_parallel_size=1)
+    if short == "model_parallel":  # Lightning's defaults: tensor parallel across the node's processes
+        return anyaccel.AnyModelParallelStrategy(split_middle_layers)
     if short.startswith("deepspeed_"):
         stage, offload = int(short.split("_")[1]), short.endswith("offload")
         strategy = anyaccel.AnyDeepSpeedStrategy(stage=stage, offload_optimizer=offload,
@@ -83,8 +94,12 @@ def fit(device_type: str | None, name: str, devices: int, num_nodes: int, precis
         optimizer = fabric.setup_optimizers(
             torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=parity.LR, momentum=0.9))
     kind = parity.kind_of(fabric.strategy, net)
-    batches = fabric.setup_dataloaders(parity.loader(fabric.world_size, fabric.global_rank),
-                                       use_distributed_sampler=False)
+    rank, replicas = fabric.global_rank, fabric.world_size
+    if name == "fabric_model_parallel":  # the ranks of one tensor-parallel group see the same rows
+        strategy: Any = fabric.strategy  # the package's model-parallel strategy: it has a device mesh
+        data_parallel = strategy.device_mesh["data_parallel"]
+        rank, replicas = data_parallel.get_local_rank(), data_parallel.size()
+    batches = fabric.setup_dataloaders(parity.loader(fabric.world_size, rank, replicas), use_distributed_sampler=False)
     steps = []
     for x, y in batches:
         before = parity.full_tensors(kind, net, module)
@@ -97,9 +112,14 @@ def fit(device_type: str | None, name: str, devices: int, num_nodes: int, precis
         fabric.backward(loss, model=module)
         record = parity.StepRecord(grads=parity.full_tensors(kind, net, module, grads=True))
         record.norm_before = parity.global_norm(record.grads)
-        if kind == "deepspeed":  # the engine clips inside its step (config "gradient_clipping")
+        if kind == "deepspeed" or name == "fabric_model_parallel":  # the update shows the clipped gradients
             coefficient = parity.clip_coefficient(record.norm_before)
             record.norm_after = parity.global_norm({n: g * coefficient for n, g in record.grads.items()})
+            if kind != "deepspeed":  # DeepSpeed's engine clips inside its step (config "gradient_clipping")
+                # torch's clip_grad_norm_ (Fabric's clip_gradients) stacks the per-tensor norms, which DTensor
+                # refuses when they live on different meshes (the split layers on the 2-D mesh, the gain on the
+                # data-parallel one; torch 2.13): the same rule, with the norm of the full gradients
+                parity.scale_to_clip(net, record.norm_before)
         else:
             fabric.clip_gradients(module, optimizer, max_norm=parity.CLIP)
             record.norm_after = parity.global_norm(parity.full_tensors(kind, net, module, grads=True))
@@ -113,4 +133,4 @@ def fit(device_type: str | None, name: str, devices: int, num_nodes: int, precis
     torch.save(steps, out / f"rank{fabric.global_rank}.pt")
 
 
-__all__ = ["STRATEGIES", "build_strategy", "fit", "shard_each_layer"]
+__all__ = ["STRATEGIES", "build_strategy", "fit", "shard_each_layer", "split_middle_layers"]

@@ -29,6 +29,7 @@ from lightning_anyaccel.tools.parity_compare import ParityReport, compare, compa
 
 #: Short names of the strategies the parity check trains (``build_strategy``).
 STRATEGIES = ("ddp", "ddp_find_unused", "ddp_spawn", "ddp_fork", "fsdp", "fsdp_grad_op", "fsdp_cpu_offload", "fsdp2",
+              "model_parallel",
               "deepspeed_1", "deepspeed_2", "deepspeed_3", "deepspeed_1_offload", "deepspeed_2_offload",
               "deepspeed_3_offload")
 
@@ -55,8 +56,7 @@ COVERAGE: dict[str, tuple[str, ...] | str] = {
     "any_fsdp": ("fsdp", "fsdp_grad_op", "fabric_fsdp"),
     "any_fsdp_cpu_offload": ("fsdp_cpu_offload",),
     "any_fsdp2": ("fsdp2", "fabric_fsdp2"),
-    "any_model_parallel": "not checked: its tensor-parallel dimension runs the user's plan (none is guessed);"
-                          " with tensor_parallel_size=1 it is any_fsdp2, the same class",
+    "any_model_parallel": ("model_parallel", "fabric_model_parallel"),
     "any_deepspeed": "any_deepspeed_stage_2 under another name: Lightning's DeepSpeed defaults to stage 2",
     "any_deepspeed_stage_1": ("deepspeed_1", "fabric_deepspeed_1"),
     "any_deepspeed_stage_2": ("deepspeed_2", "fabric_deepspeed_2"),
@@ -84,6 +84,8 @@ def build_strategy(name: str) -> Any:
                                         cpu_offload=name == "fsdp_cpu_offload")
     if name == "fsdp2":
         return anyaccel.AnyModelParallelStrategy(tensor_parallel_size=1)
+    if name == "model_parallel":  # Lightning's defaults: tensor parallel across the node's processes
+        return anyaccel.AnyModelParallelStrategy()
     if name.startswith("deepspeed_"):
         stage, offload = int(name.split("_")[1]), name.endswith("offload")
         strategy = anyaccel.AnyDeepSpeedStrategy(stage=stage, offload_optimizer=offload,
