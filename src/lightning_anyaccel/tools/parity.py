@@ -82,8 +82,8 @@ def dataset(world_size: int) -> TensorDataset:
 def loader(world_size: int, rank: int, replicas: int | None = None) -> DataLoader[Any]:
     """Rank ``rank``'s loader: rows ``rank, rank + replicas, ...`` in order (no shuffling, whatever the Trainer does).
 
-    ``replicas`` (default ``world_size``) is how many ways the global batch of ``world_size * PER_RANK_BATCH`` rows
-    is split: with tensor parallelism, the data-parallel size (the ranks of one tensor-parallel group see the same rows).
+    ``replicas`` (default ``world_size``) is how many ways the global batch of ``world_size * PER_RANK_BATCH``
+    rows is split: with tensor parallelism, the data-parallel size (a tensor-parallel group sees the same rows).
     """
     from torch.utils.data.distributed import DistributedSampler
 
@@ -152,7 +152,10 @@ def reference_run(device: torch.device | str, world_size: int, precision: str = 
 
 
 def kind_of(strategy: Any, net: torch.nn.Module) -> str:
-    """How a ``strategy`` (either front end's) holds the parameters of ``net``: ``deepspeed``, ``fsdp`` (FSDP1), ``fsdp2`` or ``plain``."""
+    """How a ``strategy`` (either front end's) holds the parameters of ``net``.
+
+    ``deepspeed``, ``fsdp`` (FSDP1), ``fsdp2`` (DTensor parameters: FSDP2, tensor parallelism) or ``plain``.
+    """
     name = type(strategy).__name__
     if "DeepSpeed" in name:
         return "deepspeed"

@@ -17,8 +17,8 @@ import torch
 from lightning_anyaccel.tools import parity
 
 #: Short names of the Fabric runs (:func:`build_strategy`): ``fabric_`` and the Trainer run of the same strategy.
-STRATEGIES = ("fabric_ddp", "fabric_fsdp", "fabric_fsdp2", "fabric_model_parallel", "fabric_deepspeed_1", "fabric_deepspeed_2",
-              "fabric_deepspeed_3", "fabric_deepspeed_1_offload", "fabric_deepspeed_2_offload",
+STRATEGIES = ("fabric_ddp", "fabric_fsdp", "fabric_fsdp2", "fabric_model_parallel", "fabric_deepspeed_1",
+              "fabric_deepspeed_2", "fabric_deepspeed_3", "fabric_deepspeed_1_offload", "fabric_deepspeed_2_offload",
               "fabric_deepspeed_3_offload")
 
 
@@ -70,7 +70,7 @@ def build_strategy(name: str) -> Any:
 
 def fit(device_type: str | None, name: str, devices: int, num_nodes: int, precision: str, out: Path,
         control: str = "none") -> None:
-    """Train ``parity.STEPS`` steps with Fabric and the strategy ``name``; write this rank's steps to ``out/rank<N>.pt``.
+    """Train ``parity.STEPS`` steps with Fabric and the strategy ``name``; this rank's steps go to ``out/rank<N>.pt``.
 
     ``control`` breaks the run on purpose as :class:`~lightning_anyaccel.tools.parity.ParityModule`'s does
     (``drop_rank_grad``, ``sum_grads``, ``skip_update``; ``unsharded_param`` is the Trainer's only).

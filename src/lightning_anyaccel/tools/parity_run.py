@@ -1,9 +1,10 @@
 r"""Run :mod:`~lightning_anyaccel.tools.parity` for strategies: the serial reference, then each strategy on N processes.
 
 One launch trains every run of ``--strategy`` (comma-separated) one after the other in the same
-processes, a new Trainer (or, for ``fabric_NAME``, a new Fabric and its loop: :mod:`~lightning_anyaccel.tools.parity_fabric`)
-each; rank 0 first computes the serial reference on its device (last where a run forks: ``fork`` needs a
-parent that has not used the device). A run is a strategy's short name, or ``NAME+CONTROL`` to break it on purpose (``ddp+sum_grads``: a negative
+processes, a new Trainer each (for ``fabric_NAME``, a new Fabric and its loop:
+:mod:`~lightning_anyaccel.tools.parity_fabric`); rank 0 first computes the serial reference on its device
+(last where a run forks: ``fork`` needs a parent that has not used the device). A run is a strategy's
+short name, or ``NAME+CONTROL`` to break it on purpose (``ddp+sum_grads``: a negative
 control of :data:`lightning_anyaccel.tools.parity.CONTROLS`), ``@bf16`` at the end to train it in
 bf16-mixed (``fsdp2@bf16``; ``--precision`` is the others'). Files::
 
@@ -99,7 +100,7 @@ def build_strategy(name: str) -> Any:
 
 def fit(device_type: str | None, strategy: str, devices: int, num_nodes: int, precision: str, control: str,
         out: Path) -> tuple[Any, parity.ParityModule]:
-    """Train one strategy ``parity.STEPS`` steps, each rank writing its steps to ``out/rank<N>.pt``; the Trainer, the model.
+    """Train one strategy ``parity.STEPS`` steps, each rank's steps to ``out/rank<N>.pt``; the Trainer, the model.
 
     With the ``spawn`` and ``fork`` start methods the ranks are this process's children: they write the
     files, and the model returned holds no steps.
