@@ -176,6 +176,8 @@ GROUPS = {
     "tests/test_parity.py::test_two_processes_reproduce_one_device": "parity",
     "tests/test_parity.py::test_bf16_mixed_matches_the_serial_bf16_run": "parity",
     "tests/test_parity.py::test_negative_controls_are_rejected": "parity",
+    # DDP's spawn and fork parity job (one parent process) beside it, on a worker of its own
+    "tests/test_parity.py::test_ddp_start_methods_reproduce_one_device": "parity-start-methods",
     "tests/test_release.py": "release",
     "tests/test_journeys.py::test_fsdp_by_name_under_slurm": "slurm",
     "tests/test_scaleout_launch.py::test_slurm_sbatch_and_srun": "slurm",

@@ -11,13 +11,16 @@ and raises :class:`ParityError` naming the step and tensor that differ.
 A ``DistributedSampler`` without shuffling gives rank ``r`` rows ``r, r + N, ...``: the N shares of step
 ``s`` together are rows ``s * B`` to ``(s + 1) * B`` of the data set, the reference's batch ``s``. Each
 rank's loss is the mean over its share; the strategy averages the gradients, which equals the
-gradient of the mean over the whole batch.
+gradient of the mean over the whole batch. With tensor parallelism (``any_model_parallel``'s default: the
+processes of a node form one tensor-parallel group) the middle layers are split column-wise, then
+row-wise, across the group, whose ranks take the same rows: the data-parallel ranks share the batch.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,13 +79,18 @@ def dataset(world_size: int) -> TensorDataset:
     return TensorDataset(x, y)
 
 
-def loader(world_size: int, rank: int) -> DataLoader[Any]:
-    """Rank ``rank``'s loader: rows ``rank, rank + world_size, ...`` in order (no shuffling, whatever the Trainer does)."""
+def loader(world_size: int, rank: int, replicas: int | None = None) -> DataLoader[Any]:
+    """Rank ``rank``'s loader: rows ``rank, rank + replicas, ...`` in order (no shuffling, whatever the Trainer does).
+
+    ``replicas`` (default ``world_size``) is how many ways the global batch of ``world_size * PER_RANK_BATCH``
+    rows is split: with tensor parallelism, the data-parallel size (a tensor-parallel group sees the same rows).
+    """
     from torch.utils.data.distributed import DistributedSampler
 
+    replicas = replicas or world_size
     data = dataset(world_size)
-    sampler: DistributedSampler[Any] = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=False)
-    return DataLoader(data, batch_size=PER_RANK_BATCH, sampler=sampler)
+    sampler: DistributedSampler[Any] = DistributedSampler(data, num_replicas=replicas, rank=rank, shuffle=False)
+    return DataLoader(data, batch_size=world_size * PER_RANK_BATCH // replicas, sampler=sampler)
 
 
 def _clean(name: str) -> str:
@@ -143,14 +151,54 @@ def reference_run(device: torch.device | str, world_size: int, precision: str = 
     return steps
 
 
-def _kind(module: LightningModule) -> str:
-    """How the parameters of ``module`` are held: ``deepspeed``, ``fsdp`` (FSDP1), ``fsdp2`` or ``plain``."""
-    strategy = type(module.trainer.strategy).__name__
-    if "DeepSpeed" in strategy:
+def kind_of(strategy: Any, net: torch.nn.Module) -> str:
+    """How a ``strategy`` (either front end's) holds the parameters of ``net``.
+
+    ``deepspeed``, ``fsdp`` (FSDP1), ``fsdp2`` (DTensor parameters: FSDP2, tensor parallelism) or ``plain``.
+    """
+    name = type(strategy).__name__
+    if "DeepSpeed" in name:
         return "deepspeed"
-    if "FSDP" in strategy:
+    if "FSDP" in name:
         return "fsdp"
-    return "fsdp2" if any(hasattr(p, "full_tensor") for p in module.parameters()) else "plain"
+    return "fsdp2" if any(hasattr(p, "full_tensor") for p in net.parameters()) else "plain"
+
+
+def full_tensors(kind: str, net: torch.nn.Module, root: Any, grads: bool = False) -> dict[str, torch.Tensor]:
+    """Every parameter of ``net`` (or trainable parameter's gradient) as a full host tensor; collective on every rank.
+
+    ``kind`` is :func:`kind_of`'s answer; ``root`` the module the strategy returned (FSDP1 gathers through the
+    root ``FullyShardedDataParallel`` in it).
+    """
+    named = [(_clean(n), p) for n, p in net.named_parameters() if p.requires_grad or not grads]
+    if kind == "deepspeed":
+        return _deepspeed_tensors(named, grads)
+    if kind == "fsdp":
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        fsdp_root = FullyShardedDataParallel.fsdp_modules(root, root_only=True)[0]
+        with FullyShardedDataParallel.summon_full_params(fsdp_root, with_grads=grads, writeback=False):
+            named = [(_clean(n), p) for n, p in net.named_parameters() if p.requires_grad or not grads]
+            return {n: _host(p.grad if grads else p) for n, p in named}
+    return {n: _host(p.grad if grads else p) for n, p in named}
+
+
+def scale_to_clip(net: torch.nn.Module, norm: float) -> None:
+    """Clip by scaling every gradient of ``net`` with ``CLIP / norm`` where ``norm`` (the global norm) exceeds ``CLIP``.
+
+    For FSDP2: the global norm, measured from the full gradients, scales every shard by a Python number;
+    torch's ``clip_grad_norm_`` multiplies DTensor gradients by a device tensor, which DTensor's dispatch
+    refuses on the emulated hpu (an AssertionError in torch 2.13).
+    """
+    coefficient = clip_coefficient(norm)
+    for p in net.parameters():
+        if p.grad is not None:
+            p.grad.mul_(coefficient)
+
+
+def clip_coefficient(norm: float) -> float:
+    """The factor ``clip_grad_norm_`` (and DeepSpeed's engine) scales gradients of global norm ``norm`` by."""
+    return min(1.0, CLIP / (norm + 1e-6))
 
 
 class ParityModule(LightningModule):
@@ -158,15 +206,18 @@ class ParityModule(LightningModule):
 
     ``control`` breaks the run on purpose (:data:`CONTROLS`): rank 1's gradient left out
     (``drop_rank_grad``), gradients summed instead of averaged (``sum_grads``), rank 1 skipping the
-    update (``skip_update``), the gain outside every FSDP2 shard (``unsharded_param``).
+    update (``skip_update``), the gain outside every FSDP2 shard (``unsharded_param``). With ``out``, each
+    rank writes its steps to ``out/rank<N>.pt`` when training ends (in the process that trained: also
+    in the children of the ``spawn`` and ``fork`` start methods).
     """
 
-    def __init__(self, control: str = "none") -> None:
+    def __init__(self, control: str = "none", out: Path | None = None) -> None:
         super().__init__()
         if control not in CONTROLS:
             raise ValueError(f"control must be one of {CONTROLS}, not {control!r}")
         self.net = build_net()
         self.control = control
+        self.out = out
         #: the control runs past the FSDP2 guard (strategies/model_parallel.py) to show parity rejects it too
         self.allow_unsharded_parameters = control == "unsharded_param"
         self.steps: list[dict[str, Any]] = []
@@ -182,6 +233,10 @@ class ParityModule(LightningModule):
             return  # DDP, FSDP1 (wraps by policy), DeepSpeed (partitions itself)
         from torch.distributed.fsdp import fully_shard
 
+        if mesh["tensor_parallel"].size() > 1:  # any_model_parallel: the middle layers split across the group
+            from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+            parallelize_module(self.net, mesh["tensor_parallel"], {"2": ColwiseParallel(), "4": RowwiseParallel()})
         for layer in self.net:
             if isinstance(layer, torch.nn.Linear):
                 fully_shard(layer, mesh=mesh["data_parallel"])
@@ -194,7 +249,11 @@ class ParityModule(LightningModule):
 
     @override
     def train_dataloader(self) -> DataLoader[Any]:
-        return loader(self.trainer.world_size, self.trainer.global_rank)
+        mesh = self.device_mesh
+        if mesh is None:
+            return loader(self.trainer.world_size, self.trainer.global_rank)
+        data_parallel = mesh["data_parallel"]
+        return loader(self.trainer.world_size, data_parallel.get_local_rank(), data_parallel.size())
 
     @override
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
@@ -213,18 +272,7 @@ class ParityModule(LightningModule):
 
     def full_tensors(self, grads: bool = False) -> dict[str, torch.Tensor]:
         """Every parameter (or trainable parameter's gradient) as a full host tensor; collective on every rank."""
-        kind = _kind(self)
-        named = [(_clean(n), p) for n, p in self.named_parameters() if p.requires_grad or not grads]
-        if kind == "deepspeed":
-            return _deepspeed_tensors(named, grads)
-        if kind == "fsdp":
-            from torch.distributed.fsdp import FullyShardedDataParallel
-
-            root: Any = self.trainer.strategy.model
-            with FullyShardedDataParallel.summon_full_params(root, with_grads=grads, writeback=False):
-                named = [(_clean(n), p) for n, p in self.named_parameters() if p.requires_grad or not grads]
-                return {n: _host(p.grad if grads else p) for n, p in named}
-        return {n: _host(p.grad if grads else p) for n, p in named}
+        return full_tensors(kind_of(self.trainer.strategy, self), self, self.trainer.strategy.model, grads)
 
     @override
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
@@ -237,21 +285,16 @@ class ParityModule(LightningModule):
                                     gradient_clip_algorithm: Any = None) -> None:
         grads = self.full_tensors(grads=True)
         self._record.grads, self._record.norm_before = grads, global_norm(grads)
-        if _kind(self) == "deepspeed":  # the engine clips inside its step, by the same rule as torch
-            coefficient = min(1.0, CLIP / (self._record.norm_before + 1e-6))
+        kind = kind_of(self.trainer.strategy, self)
+        if kind == "deepspeed":  # the engine clips inside its step, by the same rule as torch
+            coefficient = clip_coefficient(self._record.norm_before)
             self._record.norm_after = global_norm({n: g * coefficient for n, g in grads.items()})
             return
-        if _kind(self) == "fsdp":
+        if kind == "fsdp":
             root: Any = self.trainer.strategy.model  # FSDP's own clipping: the norm over every shard
             root.clip_grad_norm_(CLIP)
-        elif _kind(self) == "fsdp2":
-            # the global norm, measured from the full gradients, scales every shard by a Python number:
-            # torch's clip_grad_norm_ multiplies DTensor gradients by a device tensor, which DTensor's
-            # dispatch refuses on the emulated hpu (an AssertionError in torch 2.13)
-            coefficient = min(1.0, CLIP / (self._record.norm_before + 1e-6))
-            for p in self.parameters():
-                if p.grad is not None:
-                    p.grad.mul_(coefficient)
+        elif kind == "fsdp2":
+            scale_to_clip(self, self._record.norm_before)
         else:
             torch.nn.utils.clip_grad_norm_([p for p in self.parameters() if p.requires_grad], CLIP)
         self._record.norm_after = global_norm(self.full_tensors(grads=True))
@@ -272,6 +315,12 @@ class ParityModule(LightningModule):
         self._record.frozen = {n: t for n, t in after.items() if n not in self._record.update}
         self.steps.append(self._record.as_dict())
 
+    @override
+    def on_train_end(self) -> None:
+        if self.out is not None:
+            self.out.mkdir(parents=True, exist_ok=True)
+            torch.save(self.steps, self.out / f"rank{self.global_rank}.pt")
+
 
 def _deepspeed_tensors(named: Sequence[tuple[str, torch.Tensor]], grads: bool) -> dict[str, torch.Tensor]:
     """Full tensors under ZeRO-1/2/3 through DeepSpeed's public helpers (ZeRO-3 gathers on every rank)."""
@@ -288,5 +337,6 @@ def _deepspeed_tensors(named: Sequence[tuple[str, torch.Tensor]], grads: bool) -
         return {n: _host(p) for n, p in named}
 
 
-__all__ = ["ATOL", "BF16_GATE", "BF16_RTOL", "CONTROLS", "RTOL", "ParityError", "ParityModule",
-           "build_net", "global_norm", "loader", "reference_run"]
+__all__ = ["ATOL", "BF16_GATE", "BF16_RTOL", "CONTROLS", "RTOL", "ParityError", "ParityModule", "StepRecord",
+           "build_net", "clip_coefficient", "full_tensors", "global_norm", "kind_of", "loader", "reference_run",
+           "scale_to_clip"]
