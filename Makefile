@@ -70,10 +70,14 @@ DEVICE_TEST_WORKERS ?= 2
 # processes) with the Trainer only: Fabric starts and saves through the same Lightning and torch code,
 # and runs them on `acme`.
 # On xpu, of the workloads GPT-2 through one device only (its attention on xpu; the strategies run on
-# `acme` and `hpu`): XPU_WORKLOADS, comma-separated, empty for none (tests/test_workloads.py).
+# `acme`): XPU_WORKLOADS, comma-separated, empty for none (tests/test_workloads.py).
 SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook and not test_the_kit \
 	and not (fabric and (test_ddp_two_processes or test_checkpoint_from_two_processes))
 XPU_WORKLOADS ?= gpt2_single
+# On hpu, GPT-2 through one device and with DeepSpeed (the emulated device DeepSpeed runs on); DDP, FSDP,
+# FSDP2 and SyncBatchNorm train on `acme` (every strategy's numbers: tests/test_parity.py on each device).
+# `make records` trains every workload on every device name.
+HPU_WORKLOADS ?= gpt2_single,gpt2_deepspeed
 # Each run writes its validation record (lightning_anyaccel/tools/records.py) into RECORDS as <type>-<level>.toml:
 # `make test` into _build/records (CI's evidence, not committed); `make records` into docs/records, the
 # records the support matrix shows (commit them; docs/contributing.md, "Validation records").
@@ -104,7 +108,7 @@ test-emulated: emulator
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:acme -q --validation-record=$(RECORDS)/acme-emulated.toml
 	$(PYTEST) -p no:xdist -m one_device --device emulated:acme:1 -q $(ONE_DEVICE_TESTS)
 	WORKLOAD_CONFIGS=$(XPU_WORKLOADS) $(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS)" --validation-record=$(RECORDS)/xpu-emulated.toml
-	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)" --validation-record=$(RECORDS)/hpu-emulated.toml
+	WORKLOAD_CONFIGS=$(HPU_WORKLOADS) $(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)" --validation-record=$(RECORDS)/hpu-emulated.toml
 
 # The committed records (docs/records), each written by its run: CPU (the device-generic tests and every
 # test credited with a feature), the emulated xpu and hpu as `make test` runs them, and npu, sdaa, mlu and

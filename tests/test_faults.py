@@ -392,8 +392,8 @@ def test_kill_mid_save_keeps_the_previous_checkpoint_and_preemption_resumes_exac
     P: a fresh run gets SIGTERM during step 7 -> saves ``preempted.ckpt`` after it (step 8, the end of
        an epoch: Lightning restarts a non-resumable data loader at the start of its epoch), exits 0.
        R: resumes from it -> steps 8..11 reproduce B's, steps 0..7 of P reproduce A's.
-    DDP runs P and R only with ``ANYACCEL_FAULT_MATRIX_FULL=1``: its preemption is the FSDP cell's
-    code path (the same callback) with the single-file save that A and B cover.
+    FSDP runs P and R only with ``ANYACCEL_FAULT_MATRIX_FULL=1``: its preemption is the DDP cell's
+    code path (the same callback) with the sharded save that A and B cover.
     """
     if strategy == "deepspeed":
         pytest.importorskip("deepspeed")
@@ -422,7 +422,7 @@ def test_kill_mid_save_keeps_the_previous_checkpoint_and_preemption_resumes_exac
         assert sorted(after) == list(range(4, 12)), sorted(after)
         assert after == pytest.approx({s: reference[s] for s in range(4, 8)} | {s: after[s] for s in range(8, 12)},
                                       rel=1e-5)
-    if strategy == "ddp" and not FULL_MATRIX:
+    if strategy == "fsdp" and not FULL_MATRIX:
         return
 
     preempt_dir = tmp_path / "preempt"
