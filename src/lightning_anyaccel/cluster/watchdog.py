@@ -46,9 +46,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
+from weakref import WeakSet
 
 from lightning_anyaccel.cluster import supervision
+
+if TYPE_CHECKING:
+    import torch
 
 #: The environment variable that sets the stall bound in seconds (``0``/``off``: no watchdog).
 STALL_TIMEOUT_ENV = "LIGHTNING_ANYACCEL_STALL_TIMEOUT"
@@ -70,6 +74,7 @@ _armed = threading.Event()
 _thread: threading.Thread | None = None
 _stack_file: IO[str] | None = None
 _lock = threading.Lock()
+_forward_counted: WeakSet[Any] = WeakSet()
 
 _COLLECTIVE = re.compile(r'torch/distributed/distributed_c10d\.py", line \d+,? in (\w+)')
 _FRAME = re.compile(r'\s*File "([^"]+)", line (\d+)(?:,? in (\S+))?')
@@ -80,6 +85,22 @@ _LIBRARY = ("/torch/", "/lightning/", "/pytorch_lightning/", "/lightning_fabric/
 def progress() -> None:
     """Count one step of progress (a training step, a backward, a collective that completed)."""
     _counter[0] += 1
+
+
+def _count_forward(module: Any, args: Any) -> None:
+    _counter[0] += 1
+
+
+def count_forwards(module: torch.nn.Module) -> torch.nn.Module:
+    """Count every forward of ``module`` as progress (a forward pre-hook; once per module); returns ``module``.
+
+    Fabric's loops pass through the module's forward even where they run no backward (evaluation);
+    a wrapper (DDP, FSDP, DeepSpeed's engine) calls the module it wraps, so hooking that one is enough.
+    """
+    if module not in _forward_counted:
+        module.register_forward_pre_hook(_count_forward)
+        _forward_counted.add(module)
+    return module
 
 
 def disarm() -> None:
@@ -291,5 +312,5 @@ def start(rank: int, job: str, given: float | None = None) -> threading.Thread |
         return _thread
 
 
-__all__ = ["DEFAULT_STALL_TIMEOUT_S", "DUMP_SIGNAL", "EXIT_CODE", "disarm", "STALL_DIR_ENV", "STALL_TIMEOUT_ENV", "main_thread_stack",
+__all__ = ["DEFAULT_STALL_TIMEOUT_S", "DUMP_SIGNAL", "EXIT_CODE", "count_forwards", "disarm", "STALL_DIR_ENV", "STALL_TIMEOUT_ENV", "main_thread_stack",
            "progress", "stall_dir", "stall_timeout", "start", "where"]

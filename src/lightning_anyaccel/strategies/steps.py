@@ -237,6 +237,16 @@ def watch_stalls(strategy: DistributedTarget) -> None:
     watchdog.start(strategy.global_rank, job, getattr(strategy, "stall_timeout", None))
 
 
+def watch_stalls_alone(strategy: SetupTarget) -> None:
+    """In the one process of a single-device run: start the stall watchdog (a job of its own, rank 0).
+
+    A batch, a backward or an optimizer step is progress, as in a multi-process run. Not in a notebook or an
+    interactive session: its kernel idles between cells, and interrupting it shows where it waits.
+    """
+    if not _lightning.is_interactive():
+        watchdog.start(0, f"single-{os.getpid()}", getattr(strategy, "stall_timeout", None))
+
+
 def check_start_method(strategy: DistributedTarget) -> None:
     """Say which strategy to use when the start method can not work here (notebooks, no ``fork``)."""
     method = _lightning.start_method_of(strategy)
@@ -394,5 +404,6 @@ __all__ = [
     "run_setup",
     "supervise_worker",
     "watch_stalls",
+    "watch_stalls_alone",
     "with_launch_check",
 ]
