@@ -140,3 +140,23 @@ def test_an_evaluation_only_fabric_loop_is_progress_and_its_stall_is_not(tmp_pat
     assert "evaluated" in proc.stdout, proc.stderr[-3000:]
     assert proc.returncode == watchdog.EXIT_CODE, proc.stderr[-3000:]
     assert "one_device.py:13 in hang" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_forwards_count_in_eager_and_compiled_forwards_compile_once() -> None:
+    """A hooked module's eager forward counts; under ``torch.compile`` (fullgraph) it compiles once, not per call."""
+    import torch
+
+    module = watchdog.count_forwards(torch.nn.Linear(4, 1))
+    before = watchdog._counter[0]
+    module(torch.ones(2, 4))
+    assert watchdog._counter[0] == before + 1
+    graphs = []
+
+    def backend(graph: torch.fx.GraphModule, inputs: list) -> object:
+        graphs.append(graph)
+        return graph.forward
+
+    compiled = torch.compile(module, backend=backend, fullgraph=True)
+    for _ in range(10):
+        compiled(torch.ones(2, 4))
+    assert len(graphs) == 1, f"compiled {len(graphs)} times"

@@ -57,7 +57,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -138,7 +138,15 @@ def progress() -> None:
 
 
 def _count_forward(module: Any, args: Any) -> None:
-    _counter[0] += 1
+    if not _is_compiling():  # traced by torch.compile, the increment would recompile the graph at every call
+        _counter[0] += 1
+
+
+def _never_compiling() -> bool:
+    return False
+
+
+_is_compiling: Callable[[], bool] = _never_compiling
 
 
 def count_forwards(module: torch.nn.Module) -> torch.nn.Module:
@@ -146,7 +154,12 @@ def count_forwards(module: torch.nn.Module) -> torch.nn.Module:
 
     Fabric's loops pass through the module's forward even where they run no backward (evaluation);
     a wrapper (DDP, FSDP, DeepSpeed's engine) calls the module it wraps, so hooking that one is enough.
+    A forward compiled by ``torch.compile`` does not count (its optimizer steps and backwards do).
     """
+    global _is_compiling
+    import torch
+
+    _is_compiling = torch.compiler.is_compiling
     if module not in _forward_counted:
         module.register_forward_pre_hook(_count_forward)
         _forward_counted.add(module)
