@@ -54,6 +54,7 @@ COVERAGE: list[tuple[str, str, str, str]] = [
     ("evaluation-only loop longer than the stall bound (healthy), then a stall", "one device, Fabric", "none (1 process)", "test_watchdog.py::test_an_evaluation_only_fabric_loop_is_progress_and_its_stall_is_not"),
     ("DataLoader worker never finishes its start", "DDP, Trainer", "torchrun, 1 node", "test_faults_hangs.py::test_a_hang_outside_collectives_prints_every_stack_and_ends_the_job[loader-trainer-torchrun]"),
     ("DataLoader worker never finishes its start", "DDP, Trainer", "popen, 1 node", "same test, [loader-trainer-popen] (full)"),
+    ("rank hangs after training while the others wait in a barrier (stacks of both nodes in one report)", "DDP, Trainer", "env vars, 2 nodes (network namespaces)", "test_scaleout_launch.py::test_two_hosts_in_network_namespaces"),
     ("launcher SIGKILLed (ranks with DataLoader workers)", "DDP, Trainer", "the package's popen, torchrun", "test_faults_hangs.py::test_killed_launcher_leaves_no_rank_and_no_worker[popen], [torchrun]"),
     ("launcher SIGKILLed (ranks with DataLoader workers)", "DDP, Trainer", "Open MPI mpirun, MPICH mpiexec, srun", "same test, [mpirun], [mpiexec] (full); test_faults_hangs.py::test_killed_srun_leaves_no_rank_and_no_worker (full)"),
     ("launcher SIGKILLed (ranks with DataLoader workers)", "DeepSpeed ZeRO-2, Trainer", "Open MPI mpirun", "same test, [mpirun-deepspeed] (full)"),

@@ -8,7 +8,8 @@ CPU, a marker variable to find every process of the job, records for ``docs/faul
   stack, names the stalled rank and where it is, and ends the job;
 - the launcher ``SIGKILL``\\ ed while the ranks train with a DataLoader worker each (the package's
   own, ``torchrun``, Open MPI's ``mpirun``, MPICH's ``mpiexec``, ``srun``): every rank and every
-  worker is gone within :data:`LAUNCHER_BOUND_S`;
+  worker is gone within :data:`LAUNCHER_BOUND_S` (CI runs the package's own and ``torchrun``;
+  ``ANYACCEL_FAULT_MATRIX_FULL=1`` every launcher);
 - a healthy launcher that starts its ranks from a helper thread which then exits: the ranks
   train to the end (the kernel's parent-death signal follows the *thread* that forked; the
   package's launcher watch follows the process).
