@@ -120,8 +120,8 @@ def run_one_device(tmp_path: Path, mode: str, bound: float) -> subprocess.Comple
 
 
 @pytest.mark.parametrize(("mode", "where", "stack"), [
-    ("sleep", "one_device.py:13 in hang", "in training_step"),
-    ("loader", "in a DataLoader worker's start", "in _next_data"),
+    pytest.param("sleep", "one_device.py:13 in hang", "in training_step", id="sleep"),
+    pytest.param("loader", "in a DataLoader worker's start", "in _next_data", id="loader"),
 ])
 def test_a_one_device_run_that_hangs_prints_its_stack_and_ends(tmp_path: Path, mode: str, where: str,
                                                               stack: str) -> None:
