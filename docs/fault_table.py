@@ -70,8 +70,7 @@ def _seconds(value: float | None) -> str:
 def table(records: list[dict], timeout_s: float) -> list[str]:
     """One row per record; a cell whose timeout is not ``timeout_s`` says its own with its bound."""
     lines = [
-        "| fault | strategy, front end | launcher | exit status | job gone after the fault | promised |"
-        " processes left | as promised |",
+        "| fault | strategy, front end | launcher | exit status | gone after | promised | left | ok |",
         "|---|---|---|---:|---:|---:|---:|---|",
     ]
     for r in sorted(records, key=lambda r: r["cell"]):
@@ -103,12 +102,12 @@ def main() -> None:
         START,
         "",
         f"Last run: {when}, {len(records)} cells, 2 CPU cores, torch {torch_version}, timeout"
-        f" {timeout_s} s unless the cell says. \"Job gone\" is measured from the moment the fault was injected (for a"
+        f" {timeout_s} s unless the cell says. \"Gone after\" is measured from the moment the fault was injected (for a"
         " node never started or a port taken: from the start of the job) to"
-        " the moment the job's last process ended; \"promised\" is the strategy's timeout plus the bound"
-        " above. A cell with status 0 is a clean stop (preemption); \"-\" means the test itself killed the job"
-        " (a kill in the middle of a save). \"As promised\": the job ended as the table above says, within the"
-        " bound, with no process left.",
+        " the moment the job's last process ended; \"left\": the processes of the job still there after it;"
+        " \"promised\" is the strategy's timeout plus the bound above. A cell with status 0 is a clean stop"
+        " (preemption); \"-\" means the test itself killed the job (a kill in the middle of a save). \"ok\": the"
+        " job ended as the table above says, within the bound, with no process left.",
         "",
         *table(records, timeout_s),
         "",
