@@ -49,10 +49,15 @@ COVERAGE: list[tuple[str, str, str, str]] = [
     ("SIGSTOP rank (frozen)", "DDP, Trainer", "torchrun, 1 node", "test_faults.py::test_frozen_rank_ends_the_job_and_is_killed[trainer-ddp-torchrun] (full)"),
     ("rank sleeps in training_step (hang outside collectives)", "DDP, Trainer", "popen, 1 node", "test_faults_hangs.py::test_a_hang_outside_collectives_prints_every_stack_and_ends_the_job[sleep-trainer]"),
     ("rank sleeps in training_step (hang outside collectives)", "DDP, Fabric", "popen, 1 node", "same test, [sleep-fabric] (full)"),
+    ("rank sleeps in training_step (hang outside collectives)", "one device, Trainer", "none (1 process)", "test_watchdog.py::test_a_one_device_run_that_hangs_prints_its_stack_and_ends[sleep]"),
+    ("DataLoader worker never finishes its start", "one device, Trainer", "none (1 process)", "test_watchdog.py::test_a_one_device_run_that_hangs_prints_its_stack_and_ends[loader]"),
+    ("evaluation-only loop longer than the stall bound (healthy), then a stall", "one device, Fabric", "none (1 process)", "test_watchdog.py::test_an_evaluation_only_fabric_loop_is_progress_and_its_stall_is_not"),
     ("DataLoader worker never finishes its start", "DDP, Trainer", "torchrun, 1 node", "test_faults_hangs.py::test_a_hang_outside_collectives_prints_every_stack_and_ends_the_job[loader-trainer-torchrun]"),
     ("DataLoader worker never finishes its start", "DDP, Trainer", "popen, 1 node", "same test, [loader-trainer-popen] (full)"),
-    ("launcher SIGKILLed (ranks with DataLoader workers)", "DDP, Trainer", "torchrun, Open MPI mpirun", "test_faults_hangs.py::test_killed_launcher_leaves_no_rank_and_no_worker[torchrun], [mpirun]"),
-    ("launcher SIGKILLed (ranks with DataLoader workers)", "DDP, Trainer", "the package's popen, MPICH mpiexec, srun", "same test, [popen], [mpiexec] (full); test_faults_hangs.py::test_killed_srun_leaves_no_rank_and_no_worker (full)"),
+    ("rank hangs after training while the others wait in a barrier (stacks of both nodes in one report)", "DDP, Trainer", "env vars, 2 nodes (network namespaces)", "test_scaleout_launch.py::test_two_hosts_in_network_namespaces"),
+    ("launcher SIGKILLed (ranks with DataLoader workers)", "DDP, Trainer", "the package's popen, Open MPI mpirun", "test_faults_hangs.py::test_killed_launcher_leaves_no_rank_and_no_worker[popen], [mpirun]"),
+    ("launcher SIGKILLed (ranks with DataLoader workers)", "DDP, Trainer", "torchrun, MPICH mpiexec, srun", "same test, [torchrun], [mpiexec] (full); test_faults_hangs.py::test_killed_srun_leaves_no_rank_and_no_worker (full)"),
+    ("launcher SIGKILLed (ranks with DataLoader workers)", "DeepSpeed ZeRO-2, Trainer", "Open MPI mpirun", "same test, [mpirun-deepspeed] (full)"),
     ("launcher forks its ranks from a helper thread that exits (healthy)", "DDP, Trainer", "env vars, 1 node", "test_faults_hangs.py::test_a_launcher_that_forks_from_a_helper_thread_keeps_its_ranks"),
     ("forked child deadlocked in its start (CPython gh-112275)", "-", "os.fork stress", "test_fork_deadlock.py"),
 ]
@@ -65,16 +70,16 @@ def _seconds(value: float | None) -> str:
 def table(records: list[dict], timeout_s: float) -> list[str]:
     """One row per record; a cell whose timeout is not ``timeout_s`` says its own with its bound."""
     lines = [
-        "| fault | front end | strategy | launcher | nodes | exit status | job gone after the fault | promised |"
-        " processes left | as promised |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---|",
+        "| fault | strategy, front end | launcher | exit status | gone after | promised | left | ok |",
+        "|---|---|---|---:|---:|---:|---:|---|",
     ]
     for r in sorted(records, key=lambda r: r["cell"]):
         promised = f"{r['bound_s']} s" + ("" if r["timeout_s"] == timeout_s else f" (timeout {r['timeout_s']} s)")
+        nodes = f"{r['nodes']} node" + ("s" if r["nodes"] != 1 else "")
         lines.append(
-            f"| {r['fault']} | {r['frontend']} | {r['strategy']} | {r['launcher']} | {r['nodes']} |"
+            f"| {r['fault']} | {r['strategy']}, {r['frontend']} | {r['launcher']}, {nodes} |"
             f" {r['returncode']} | {_seconds(r['seconds_after_fault'])} | {promised} | {r['processes_left']} |"
-            f" {'yes' if r.get('ok') else '**no**'}: {r['expected']} |"
+            f" {'yes' if r.get('ok') else '**no**'} |"
         )
     return lines
 
@@ -97,11 +102,12 @@ def main() -> None:
         START,
         "",
         f"Last run: {when}, {len(records)} cells, 2 CPU cores, torch {torch_version}, timeout"
-        f" {timeout_s} s unless the cell says. \"Job gone\" is measured from the moment the fault was injected (for a"
+        f" {timeout_s} s unless the cell says. \"Gone after\" is measured from the moment the fault was injected (for a"
         " node never started or a port taken: from the start of the job) to"
-        " the moment the job's last process ended; \"promised\" is the strategy's timeout plus the bound"
-        " above. A cell with status 0 is a clean stop (preemption); \"-\" means the test itself killed the job"
-        " (a kill in the middle of a save).",
+        " the moment the job's last process ended; \"left\": the processes of the job still there after it;"
+        " \"promised\" is the strategy's timeout plus the bound above. A cell with status 0 is a clean stop"
+        " (preemption); \"-\" means the test itself killed the job (a kill in the middle of a save). \"ok\": the"
+        " job ended as the table above says, within the bound, with no process left.",
         "",
         *table(records, timeout_s),
         "",

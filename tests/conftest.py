@@ -277,6 +277,19 @@ def _rank_zero_restored():
 
 
 @pytest.fixture(autouse=True)
+def _stall_watchdog_disarmed():
+    """Each test leaves the stall watchdog of this process disarmed.
+
+    A Fabric run built in-process (one device or a fork) arms it until the process ends; the pytest
+    worker would then be ended as stalled once it has run other tests longer than the bound.
+    """
+    yield
+    from lightning_anyaccel.cluster import watchdog
+
+    watchdog.disarm()
+
+
+@pytest.fixture(autouse=True)
 def _no_deepspeed_accelerator_left_behind(monkeypatch):
     """Each test starts with the ``DS_ACCELERATOR`` the session started with, and leaves it so.
 

@@ -63,7 +63,12 @@ def test_env_vars_on_localhost(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(bool(not_root() or missing("ip")), reason=str(not_root() or missing("ip")))
 def test_two_hosts_in_network_namespaces(tmp_path: Path) -> None:
-    """Each node in its own namespace; gloo must use the veth, not the loopback the host name resolves to."""
+    """Each node in its own namespace; gloo must use the veth, not the loopback the host name resolves to.
+
+    After training, rank 3 hangs while the others wait for it: the stall watchdog of the rank that
+    reports prints the stacks of all 4 ranks, those of the other node posted through the job's store
+    (each node has a stack directory of its own, as separate hosts have), and every process ends.
+    """
     tag = f"{os.getpid() % 10000}"
     with veth_hosts(tag) as hosts:
         main = hosts[0].address
@@ -71,14 +76,28 @@ def test_two_hosts_in_network_namespaces(tmp_path: Path) -> None:
         with Job(env={"MASTER_ADDR": main, "MASTER_PORT": str(free_port())}) as job:
             for node, host in enumerate(hosts):
                 job.spawn(["ip", "netns", "exec", host.name, "bash", str(LAUNCH / "env_vars.sh"), PYTHON,
-                           *train_args(out, "--timeout", "30")], tmp_path / f"node{node}.log",
-                          env={"NODE_RANK": str(node)})
+                           *train_args(out, "--timeout", "30", "--stall-rank", "3", "--stall-timeout", "3")],
+                          tmp_path / f"node{node}.log",
+                          env={"NODE_RANK": str(node), "LIGHTNING_ANYACCEL_STALL_DIR": str(tmp_path / f"stall{node}")})
             results = job.wait(timeout=150)
-        assert [r.returncode for r in results] == [0, 0], results[-1].output[-3000:]
+        output = "\n".join(r.output for r in results)
+        assert all(r.returncode not in (0, None) for r in results), output[-3000:]
         found = assert_trained(out, "LightningEnvironment")
         # the package derived the interface from MASTER_ADDR on every rank
         assert {found[r]["gloo_ifname"] for r in (0, 1)} == {hosts[0].interface}
         assert {found[r]["gloo_ifname"] for r in (2, 3)} == {hosts[1].interface}
+        # one rank of the job reports; it names every rank of both nodes and where it was (rank 3 in the
+        # callback that hangs), prints their stacks, and the other node's ranks end when told
+        reporting = [node for node, r in enumerate(results) if "made no progress" in r.output]
+        assert len(reporting) == 1 and output.count("made no progress") == 1, output[-4000:]
+        report, other = results[reporting[0]].output, results[1 - reporting[0]].output
+        places = {r: line for r in range(4) for line in report.splitlines()
+                  if line.startswith(f"[lightning_anyaccel]   rank {r} (pid")}
+        assert sorted(places) == [0, 1, 2, 3], report[-4000:]
+        assert "in on_train_end" in places[3], places[3]
+        assert all("waiting for rank 3" in places[r] for r in (0, 1, 2)), places
+        assert all(f"--- rank {r} Python stacks" in report for r in range(4)), report[-4000:]
+        assert "reported a stall of the job" in other, other[-3000:]
 
         # Control: force gloo onto loopback (what happens without the derivation). The job
         # must not train, and every process must end within the timeout (15 s) plus margin.

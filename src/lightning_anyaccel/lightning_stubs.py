@@ -82,6 +82,10 @@ class StrategyHooks(LightningHooks):
         """Release what the run held (the Trainer calls it at the end of ``fit``/``validate``/``test``)."""
         ...
 
+    def optimizer_step(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        """Step ``optimizer`` (the Trainer's loop, Fabric's wrapped optimizer's ``step``)."""
+        ...
+
 
 class TrainerStrategyHooks(StrategyHooks):
     """Hooks of the Trainer's ``Strategy`` only (the shared mixins override them; Fabric never calls them)."""
@@ -108,6 +112,14 @@ class FabricStrategyHooks(StrategyHooks):
 
     def all_reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
         """Reduce ``tensor`` over the processes of ``group`` (``fabric.all_reduce`` calls it)."""
+        ...
+
+    def setup_module(self, module: Any) -> Any:
+        """Wrap a module for the strategy (``fabric.setup(model)``, ``fabric.setup_module(model)``)."""
+        ...
+
+    def setup_module_and_optimizers(self, module: Any, optimizers: Any, scheduler: Any = None) -> Any:
+        """Wrap a module and its optimizers together (``fabric.setup(model, optimizer)``)."""
         ...
 
 

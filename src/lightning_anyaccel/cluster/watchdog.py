@@ -2,23 +2,35 @@
 
 Every collective is bounded by the strategy's ``timeout``; a rank can still hang elsewhere (a
 DataLoader worker that never starts, a ``training_step`` that never returns, a first-time op
-build that waits forever). :func:`start` runs one long-lived daemon thread per rank. The
-strategies call :func:`progress` (one integer increment) at every training step, backward and
-collective they run. When the counter has not moved for :func:`stall_timeout` seconds the thread
+build that waits forever). :func:`start` runs one long-lived daemon thread per rank (and in the
+one process of a single-device run). The strategies call :func:`progress` (one integer increment)
+at every batch, backward, optimizer step and collective they run; under Fabric every forward of a
+module it set up counts too (:func:`count_forwards`: an evaluation-only loop is progress). When the
+counter has not moved for :func:`stall_timeout` seconds the thread
 
 1. writes every thread's Python stack of this rank (``faulthandler``) to
    ``<dir>/rank<N>.stack`` and to stderr, and a native stack (``py-spy dump --native``) where
    ``py-spy`` is installed;
-2. asks the other ranks of this host to dump theirs (:data:`DUMP_SIGNAL`, a ``faulthandler``
-   handler in C that works while their main thread is stuck in C) and reads them back;
+2. asks every other rank for its stacks, on every node: through the job's c10d store (the
+   ``TCPStore`` at ``MASTER_ADDR:MASTER_PORT`` every rank rendezvoused at; the first rank to report
+   sets a key there, every rank's watchdog thread sees it at its next tick and posts its stacks
+   under its rank), and on this host also with :data:`DUMP_SIGNAL` (a ``faulthandler`` handler in
+   C that works while a rank's main thread holds the GIL in C); it waits for them a bounded time
+   (:func:`answer_wait`) and names the ranks that did not answer;
 3. prints one line per rank saying where it was (:func:`where`: ``in a DataLoader worker's
    start``, ``in all_reduce``, ``waiting for rank 1``, or the innermost frame outside
-   torch/Lightning, ``file:line``);
+   torch/Lightning, ``file:line``), then every rank's stacks;
 4. ends the job: ``SIGKILL`` to the other ranks of this host and to every process this rank
-   started (DataLoader workers, compile workers), then ``os._exit`` with :data:`EXIT_CODE`.
+   started (DataLoader workers, compile workers), then ``os._exit`` with :data:`EXIT_CODE`; the
+   ranks of other nodes, once told through the store, end themselves and their child processes the
+   same way when the report is printed or the store goes away with the rank that held it.
+
+Only one rank of the job reports (the first to claim it in the store; per host without a store).
+Each tick costs a rank one ``check`` on the store (every :func:`tick` seconds, 5 s at the default bound).
+A single-device run has no store: its watchdog reports its own stack.
 
 The Trainer's teardown (end of ``fit``/``validate``/``test``) disarms it until the next setup; under
-Fabric it stays armed until the process ends. The bound is ``stall_timeout=`` of every multi-process strategy of the package, else
+Fabric it stays armed until the process ends. The bound is ``stall_timeout=`` of every strategy of the package, else
 ``$LIGHTNING_ANYACCEL_STALL_TIMEOUT`` seconds, else :data:`DEFAULT_STALL_TIMEOUT_S` (30 min: a
 first-time DeepSpeed op build or ``torch.compile`` of a large model takes minutes with no step);
 ``0`` or ``off`` turns the watchdog off.
@@ -39,16 +51,22 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
+from weakref import WeakSet
 
 from lightning_anyaccel.cluster import supervision
+
+if TYPE_CHECKING:
+    import torch
 
 #: The environment variable that sets the stall bound in seconds (``0``/``off``: no watchdog).
 STALL_TIMEOUT_ENV = "LIGHTNING_ANYACCEL_STALL_TIMEOUT"
@@ -58,8 +76,10 @@ STALL_DIR_ENV = "LIGHTNING_ANYACCEL_STALL_DIR"
 DEFAULT_STALL_TIMEOUT_S = 1800.0
 #: Exit status of a rank ended by the watchdog.
 EXIT_CODE = 4
-#: Seconds the stalled rank waits for the other ranks' stacks.
+#: Seconds the stalled rank waits for the other ranks' stacks, at least (see :func:`answer_wait`).
 PEER_DUMP_WAIT_S = 2.0
+#: Where the watchdog's keys live in the job's store (a torchrun restart gets fresh ones).
+STORE_PREFIX = "lightning_anyaccel/stall"
 
 #: The signal that makes a rank write its stacks: a real-time one, so that ``SIGUSR1`` stays free for
 #: preemption warnings (SLURM's ``--signal=USR1``, :class:`~lightning_anyaccel.checkpoints.preemption.PreemptionCheckpoint`).
@@ -70,6 +90,7 @@ _armed = threading.Event()
 _thread: threading.Thread | None = None
 _stack_file: IO[str] | None = None
 _lock = threading.Lock()
+_forward_counted: WeakSet[Any] = WeakSet()
 
 _COLLECTIVE = re.compile(r'torch/distributed/distributed_c10d\.py", line \d+,? in (\w+)')
 _FRAME = re.compile(r'\s*File "([^"]+)", line (\d+)(?:,? in (\S+))?')
@@ -77,9 +98,72 @@ _LIBRARY = ("/torch/", "/lightning/", "/pytorch_lightning/", "/lightning_fabric/
             "/multiprocessing/", "/queue.py", "/selectors.py", "/lightning_anyaccel/", "/site-packages/", "<frozen")
 
 
+class _JobStore:
+    """This rank's client of the job's c10d store, for the watchdog's keys (connected by the watchdog thread)."""
+
+    def __init__(self, address: tuple[str, int], world_size: int) -> None:
+        self.address, self.world_size = address, world_size
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self.prefix = f"{STORE_PREFIX}/{address[1]}/{restart}"
+        self.client: Any = None
+
+    def connect(self) -> bool:
+        """Connect once (10 s at most); ``False`` where the store can not be reached (the watchdog works per host)."""
+        if self.client is None:
+            import torch.distributed as dist
+
+            try:
+                self.client = dist.TCPStore(self.address[0], self.address[1], is_master=False,
+                                            timeout=timedelta(seconds=10), wait_for_workers=False)
+            except (RuntimeError, ValueError, OSError):
+                self.client = False
+        return bool(self.client)
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}/{name}"
+
+    def has(self, name: str) -> bool:
+        return bool(self.client.check([self.key(name)]))
+
+    def get(self, name: str) -> str:
+        return bytes(self.client.get(self.key(name))).decode(errors="replace")
+
+
+_store: _JobStore | None = None
+
+
 def progress() -> None:
     """Count one step of progress (a training step, a backward, a collective that completed)."""
     _counter[0] += 1
+
+
+def _count_forward(module: Any, args: Any) -> None:
+    if not _is_compiling():  # traced by torch.compile, the increment would recompile the graph at every call
+        _counter[0] += 1
+
+
+def _never_compiling() -> bool:
+    return False
+
+
+_is_compiling: Callable[[], bool] = _never_compiling
+
+
+def count_forwards(module: torch.nn.Module) -> torch.nn.Module:
+    """Count every forward of ``module`` as progress (a forward pre-hook; once per module); returns ``module``.
+
+    Fabric's loops pass through the module's forward even where they run no backward (evaluation);
+    a wrapper (DDP, FSDP, DeepSpeed's engine) calls the module it wraps, so hooking that one is enough.
+    A forward compiled by ``torch.compile`` does not count (its optimizer steps and backwards do).
+    """
+    global _is_compiling
+    import torch
+
+    _is_compiling = torch.compiler.is_compiling
+    if module not in _forward_counted:
+        module.register_forward_pre_hook(_count_forward)
+        _forward_counted.add(module)
+    return module
 
 
 def disarm() -> None:
@@ -207,14 +291,98 @@ def _first_reporter(directory: Path) -> bool:
     return False
 
 
+def tick(bound: float) -> float:
+    """Seconds between two looks of the watchdog thread: a tenth of the bound, from 0.2 to 5."""
+    return min(5.0, max(0.2, bound / 10))
+
+
+def answer_wait(bound: float) -> float:
+    """Seconds the reporting rank waits for the other ranks' stacks, at most: two of their ticks and 2 s."""
+    return 2 * tick(bound) + PEER_DUMP_WAIT_S
+
+
+def _own_stacks() -> str:
+    """Every thread's Python stack of this process, as ``faulthandler`` writes them."""
+    with tempfile.TemporaryFile("w+") as handle:
+        faulthandler.dump_traceback(handle, all_threads=True)
+        handle.seek(0)
+        return handle.read()
+
+
+def _told(store: _JobStore) -> bool:
+    """Whether a rank of the job asked for every rank's stacks (``False`` where the store is unreachable)."""
+    try:
+        return store.connect() and store.has("fired")
+    except (RuntimeError, OSError):
+        return False
+
+
+def _end_when_told(rank: int, store: _JobStore, bound: float) -> None:
+    """Another rank reports: post this rank's stacks, wait until it printed them (or its store is gone), end."""
+    reporter = "another rank"
+    try:
+        store.client.set(store.key(f"stack/{rank}"), f"{socket.gethostname()} {os.getpid()}\n{_own_stacks()}")
+        reporter = f"rank {store.get('reporter')}" if store.has("reporter") else reporter
+        deadline = time.monotonic() + answer_wait(bound) + 60  # the report may add native stacks (py-spy)
+        while time.monotonic() < deadline and not store.has("end"):
+            time.sleep(0.2)
+    except (RuntimeError, OSError):
+        pass  # the store went with its rank: the report is done or can not be
+    sys.stderr.write(f"[lightning_anyaccel] rank {rank}: {reporter} reported a stall of the job with every rank's"
+                     " stack it reached (this one's too); ending this rank and its child processes.\n")
+    sys.stderr.flush()
+    _kill_tree(os.getpid())
+    os._exit(EXIT_CODE)
+
+
+def _claim(rank: int, directory: Path, bound: float) -> _JobStore | None:
+    """Claim the report for the job (the store) or this host (a file); end this rank where another reports.
+
+    Returns the store to collect the other ranks' stacks from, ``None`` without one.
+    """
+    store = _store if _store is not None and _store.connect() else None
+    if store is not None:
+        try:
+            first = store.client.add(store.key("fired"), 1) == 1
+            if first:
+                store.client.set(store.key("reporter"), str(rank))
+        except (RuntimeError, OSError):
+            store = None
+        else:
+            if not first:
+                _end_when_told(rank, store, bound)
+            return store
+    if not _first_reporter(directory):
+        time.sleep(3 * PEER_DUMP_WAIT_S + 30)  # the reporting rank dumps this one's stack and ends it
+    return None
+
+
+def _collect(store: _JobStore | None, rank: int, peers: dict[int, int], bound: float) -> dict[int, tuple[str, str]]:
+    """The other ranks' answers through the store within :func:`answer_wait`: rank -> (host and pid, stacks)."""
+    if store is None:
+        time.sleep(PEER_DUMP_WAIT_S if peers else 0)
+        return {}
+    answers: dict[int, tuple[str, str]] = {}
+    expected = [r for r in range(store.world_size) if r != rank]
+    deadline = time.monotonic() + answer_wait(bound)
+    try:
+        while len(answers) < len(expected) and time.monotonic() < deadline:
+            for r in expected:
+                if r not in answers and store.has(f"stack/{r}"):
+                    who, _, stacks = store.get(f"stack/{r}").partition("\n")
+                    answers[r] = (who, stacks)
+            time.sleep(0.2)
+    except (RuntimeError, OSError):
+        pass  # the store went with its rank: report what answered
+    return answers
+
+
 def _report(rank: int, directory: Path, bound: float) -> None:
     """Dump, name and end (from the watchdog thread)."""
     out = sys.stderr
-    if not _first_reporter(directory):
-        time.sleep(3 * PEER_DUMP_WAIT_S + 30)  # the reporting rank dumps this one's stack and ends it
+    store = _claim(rank, directory, bound)
     own = directory / f"rank{rank}.stack"
-    with own.open("w") as handle:
-        faulthandler.dump_traceback(handle, all_threads=True)
+    own.write_text(_own_stacks())
     peers = _peers(directory)
     for pid in peers.values():
         try:
@@ -222,27 +390,46 @@ def _report(rank: int, directory: Path, bound: float) -> None:
                 os.kill(pid, DUMP_SIGNAL)
         except OSError:
             pass
-    time.sleep(PEER_DUMP_WAIT_S if peers else 0)
-    places = {rank: where(main_thread_stack(own.read_text()))}
-    for peer in peers:
-        text = (directory / f"rank{peer}.stack").read_text() if (directory / f"rank{peer}.stack").exists() else ""
-        places[peer] = where(main_thread_stack(text)) if text.strip() else "(no stack: it did not answer)"
+    answers = _collect(store, rank, peers, bound)
+    host = socket.gethostname()
+    ranks = sorted({rank, *peers, *answers, *(range(store.world_size) if store else ())})
+    stacks: dict[int, str] = {rank: own.read_text()}
+    who: dict[int, str] = {rank: f"pid {os.getpid()}"}
+    for r in ranks:
+        path = directory / f"rank{r}.stack"
+        if r in answers:
+            name, number = (answers[r][0].split(" ", 1) + [""])[:2]
+            stacks[r], who[r] = answers[r][1], f"pid {number}" + ("" if name == host else f" on {name}")
+            if r not in peers:
+                path.write_text(stacks[r])
+        elif r != rank:
+            stacks[r] = path.read_text() if r in peers and path.exists() else ""
+            who[r] = f"pid {peers[r]}" if r in peers else "no pid known"
+    places = {r: where(main_thread_stack(stacks[r])) if stacks[r].strip() else "(no stack: it did not answer)"
+              for r in ranks}
     waiting = [r for r, place in places.items() if place.startswith("in ") and "DataLoader" not in place]
     others = [r for r in places if r not in waiting]
+    reached = "every rank of the job it reached" if store else "every rank of this host"
     lines = [f"[lightning_anyaccel] rank {rank} made no progress (no training step, no collective) for {bound:.0f} s"
-             f" (stall_timeout / ${STALL_TIMEOUT_ENV}); stacks of every rank of this host follow and are in {directory}."]
-    for r in sorted(places):
+             f" (stall_timeout / ${STALL_TIMEOUT_ENV}); stacks of {reached} follow and are in {directory}."]
+    for r in ranks:
         suffix = f", waiting for rank {', '.join(map(str, others))}" if r in waiting and others else ""
-        lines.append(f"[lightning_anyaccel]   rank {r} (pid {peers.get(r, os.getpid())}): {places[r]}{suffix}")
+        lines.append(f"[lightning_anyaccel]   rank {r} ({who[r]}): {places[r]}{suffix}")
     out.write("\n".join(lines) + "\n")
-    for r in sorted(places):
-        path = directory / f"rank{r}.stack"
-        out.write(f"--- rank {r} Python stacks ({path}) ---\n{path.read_text() if path.exists() else ''}")
-        native = _native(peers.get(r, os.getpid()))
+    for r in ranks:
+        if not stacks[r].strip():
+            continue
+        out.write(f"--- rank {r} Python stacks ({directory / f'rank{r}.stack'}) ---\n{stacks[r]}")
+        native = _native(peers.get(r, os.getpid())) if r == rank or r in peers else ""
         if native:
             out.write(f"--- rank {r} native stack (py-spy) ---\n{native}")
     out.write(f"[lightning_anyaccel] rank {rank}: ending the job (the ranks above and their child processes).\n")
     out.flush()
+    if store is not None:
+        try:
+            store.client.set(store.key("end"), "1")  # the ranks of other hosts end themselves
+        except (RuntimeError, OSError):
+            pass
     _kill_tree(os.getpid())
     for pid in peers.values():
         _kill_tree(pid)
@@ -253,6 +440,8 @@ def _watch(rank: int, directory: Path, bound: float, period: float) -> None:
     seen, since = _counter[0], time.monotonic()
     while True:
         time.sleep(period)
+        if _store is not None and _armed.is_set() and _told(_store):
+            _end_when_told(rank, _store, bound)
         if _counter[0] != seen or not _armed.is_set():
             seen, since = _counter[0], time.monotonic()
         elif time.monotonic() - since >= bound:
@@ -262,15 +451,19 @@ def _watch(rank: int, directory: Path, bound: float, period: float) -> None:
                 os._exit(EXIT_CODE)
 
 
-def start(rank: int, job: str, given: float | None = None) -> threading.Thread | None:
+def start(rank: int, job: str, given: float | None = None, store: tuple[str, int] | None = None,
+          world_size: int = 1) -> threading.Thread | None:
     """Start this rank's watchdog (once per process); ``None`` when it is off.
 
     Args:
         rank: this process's global rank (named in the report).
         job: what the ranks of one job share (the rendezvous address and port), for the stack directory.
         given: the strategy's ``stall_timeout`` (seconds; ``0`` turns it off), ``None`` for the environment's.
+        store: the address and port of the job's c10d ``TCPStore`` (``MASTER_ADDR``, ``MASTER_PORT``), through
+            which the ranks of every node answer; ``None``: the ranks of this host only.
+        world_size: the number of ranks of the job (those asked through ``store``).
     """
-    global _thread, _stack_file
+    global _thread, _stack_file, _store
     bound = stall_timeout(given)
     with _lock:
         if bound is None:
@@ -284,12 +477,13 @@ def start(rank: int, job: str, given: float | None = None) -> threading.Thread |
         _stack_file = (directory / f"rank{rank}.stack").open("w")
         if DUMP_SIGNAL:
             faulthandler.register(DUMP_SIGNAL, file=_stack_file, all_threads=True)
-        period = min(5.0, max(0.2, bound / 10))
-        _thread = threading.Thread(target=_watch, args=(rank, directory, bound, period), name="anyaccel-watchdog",
-                                   daemon=True)
+        _store = _JobStore(store, world_size) if store is not None and world_size > 1 else None
+        _thread = threading.Thread(target=_watch, args=(rank, directory, bound, tick(bound)),
+                                   name="anyaccel-watchdog", daemon=True)
         _thread.start()
         return _thread
 
 
-__all__ = ["DEFAULT_STALL_TIMEOUT_S", "DUMP_SIGNAL", "EXIT_CODE", "disarm", "STALL_DIR_ENV", "STALL_TIMEOUT_ENV", "main_thread_stack",
-           "progress", "stall_dir", "stall_timeout", "start", "where"]
+__all__ = ["DEFAULT_STALL_TIMEOUT_S", "DUMP_SIGNAL", "EXIT_CODE", "STALL_DIR_ENV", "STALL_TIMEOUT_ENV", "STORE_PREFIX",
+           "answer_wait", "count_forwards", "disarm", "main_thread_stack", "progress", "stall_dir", "stall_timeout",
+           "start", "tick", "where"]

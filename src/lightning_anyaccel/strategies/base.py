@@ -28,13 +28,14 @@ from lightning_anyaccel.checkpoints.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.cluster import fork_deadlock, watchdog
 from lightning_anyaccel.device.compilation import check_compiled
 from lightning_anyaccel.front_ends import FrontEnd, TrainerSide
-from lightning_anyaccel.lightning_stubs import TrainerStrategyHooks
+from lightning_anyaccel.lightning_stubs import FabricStrategyHooks, TrainerStrategyHooks
 from lightning_anyaccel.strategies.steps import Setup, run_setup
 
 if TYPE_CHECKING:
     _Base = TrainerStrategyHooks
+    _FabricBase = FabricStrategyHooks
 else:
-    _Base = object
+    _Base = _FabricBase = object
 
 T = TypeVar("T", bound=type)
 
@@ -127,6 +128,12 @@ class AnyStrategyMixin(_Base):
         return super().batch_to_device(batch, device, *args, **kwargs)
 
     @override
+    def optimizer_step(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        """Lightning's optimizer step, counted as progress for the stall watchdog (Fabric's ``optimizer.step()``)."""
+        watchdog.progress()
+        return super().optimizer_step(optimizer, *args, **kwargs)
+
+    @override
     def process_dataloader(self, dataloader: Any) -> Any:
         """Lightning's hook, after warning once where this Python can deadlock a forked worker (CPython gh-112275)."""
         fork_deadlock.warn_if_affected(dataloader)
@@ -153,4 +160,21 @@ class AnyStrategyMixin(_Base):
         _lightning.set_checkpoint_io(self, io)
 
 
-__all__ = ["FABRIC_PUBLIC_MODULE", "AnyStrategyMixin", "Registered", "fabric_class"]
+class FabricProgressMixin(_FabricBase):
+    """Fabric: every forward of a module set up by the strategy counts as progress for the stall watchdog.
+
+    A Fabric loop that only evaluates runs no backward and no optimizer step; its forwards are what
+    show it alive (:func:`~lightning_anyaccel.cluster.watchdog.count_forwards`, one increment each).
+    Mixed in first, before the rest of a Fabric strategy's bases.
+    """
+
+    @override
+    def setup_module(self, module: Any) -> Any:
+        return super().setup_module(watchdog.count_forwards(module))
+
+    @override
+    def setup_module_and_optimizers(self, module: Any, optimizers: Any, scheduler: Any = None) -> Any:
+        return super().setup_module_and_optimizers(watchdog.count_forwards(module), optimizers, scheduler)
+
+
+__all__ = ["FABRIC_PUBLIC_MODULE", "AnyStrategyMixin", "FabricProgressMixin", "Registered", "fabric_class"]

@@ -39,8 +39,9 @@ from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
+from lightning_anyaccel.cluster import watchdog
 from lightning_anyaccel.front_ends import FabricSide
-from lightning_anyaccel.strategies.base import Registered, fabric_class
+from lightning_anyaccel.strategies.base import FabricProgressMixin, Registered, fabric_class
 from lightning_anyaccel.strategies.multi_process import START_METHODS, AnyDistributedMixin
 from lightning_anyaccel.strategies.parameter_moves import FabricParameterMovesMixin, TrainerParameterMovesMixin
 from lightning_anyaccel.strategies.steps import (
@@ -104,7 +105,7 @@ class AnyDDPStrategy(TrainerParameterMovesMixin, AnyDDPMixin, DDPStrategy):
 
 
 @fabric_class("AnyDDPStrategy")
-class FabricDDPStrategy(FabricParameterMovesMixin, AnyDDPMixin, FabricDDP):
+class FabricDDPStrategy(FabricProgressMixin, FabricParameterMovesMixin, AnyDDPMixin, FabricDDP):
     """Fabric DDP with the backend, streams, barrier and fork checks of the accelerator's device type.
 
     Published as ``lightning_anyaccel.fabric.AnyDDPStrategy``. Takes every argument of Lightning's
@@ -117,7 +118,7 @@ class FabricDDPStrategy(FabricParameterMovesMixin, AnyDDPMixin, FabricDDP):
     @override
     def setup_module(self, module: Module) -> DistributedDataParallel:
         device_ids = _lightning.fabric_ddp_device_ids(self)
-        return self._wrap_ddp(module, device_ids)
+        return self._wrap_ddp(watchdog.count_forwards(module), device_ids)  # no super(): counted here
 
 
 __all__ = ["NAMES", "SETUP", "AnyDDPMixin", "AnyDDPStrategy", "FabricDDPStrategy"]

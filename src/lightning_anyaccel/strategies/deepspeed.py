@@ -56,7 +56,7 @@ from lightning_anyaccel import _lightning
 from lightning_anyaccel.cluster import build_locks
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
-from lightning_anyaccel.strategies.base import Registered, fabric_class
+from lightning_anyaccel.strategies.base import FabricProgressMixin, Registered, fabric_class
 from lightning_anyaccel.strategies.deepspeed_checks import (
     check_active_deepspeed_accelerator,
     check_inference_support,
@@ -341,7 +341,7 @@ class AnyDeepSpeedStrategy(AtomicSaveMixin, AnyDeepSpeedMixin, DeepSpeedStrategy
 
 
 @fabric_class("AnyDeepSpeedStrategy")
-class FabricDeepSpeedStrategy(FabricAtomicSaveMixin, AnyDeepSpeedMixin, FabricDeepSpeed):
+class FabricDeepSpeedStrategy(FabricProgressMixin, FabricAtomicSaveMixin, AnyDeepSpeedMixin, FabricDeepSpeed):
     """Fabric's ``DeepSpeedStrategy`` (ZeRO 1/2/3, offload) on the device types DeepSpeed knows.
 
     Published as ``lightning_anyaccel.fabric.AnyDeepSpeedStrategy``. Takes every argument of

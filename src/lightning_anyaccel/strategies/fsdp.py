@@ -54,7 +54,7 @@ from lightning_anyaccel.device.precision import align_precision_plugin
 from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
-from lightning_anyaccel.strategies.base import Registered, fabric_class
+from lightning_anyaccel.strategies.base import FabricProgressMixin, Registered, fabric_class
 from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
 from lightning_anyaccel.strategies.sharded import AnyShardedMixin
 from lightning_anyaccel.strategies.steps import (
@@ -322,7 +322,7 @@ class AnyFSDPStrategy(AtomicSaveMixin, AnyFSDPMixin, FSDPStrategy):
 
 
 @fabric_class("AnyFSDPStrategy")
-class FabricFSDPStrategy(FabricAtomicSaveMixin, AnyFSDPMixin, FabricFSDP):
+class FabricFSDPStrategy(FabricProgressMixin, FabricAtomicSaveMixin, AnyFSDPMixin, FabricFSDP):
     """Fabric's ``FSDPStrategy`` (FSDP1) on the accelerator's device type.
 
     Published as ``lightning_anyaccel.fabric.AnyFSDPStrategy``. Takes every argument of Fabric's

@@ -37,7 +37,7 @@ from typing_extensions import override
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
 from lightning_anyaccel.front_ends import FabricSide
-from lightning_anyaccel.strategies.base import Registered, fabric_class
+from lightning_anyaccel.strategies.base import FabricProgressMixin, Registered, fabric_class
 from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
 from lightning_anyaccel.strategies.sharded import AnyShardedMixin
 from lightning_anyaccel.strategies.steps import (
@@ -190,7 +190,7 @@ def fully_shard_data_parallel(module: Module, device_mesh: Any) -> Module:
 
 
 @fabric_class("AnyModelParallelStrategy")
-class FabricModelParallelStrategy(FabricAtomicSaveMixin, AnyModelParallelMixin, FabricModelParallel):
+class FabricModelParallelStrategy(FabricProgressMixin, FabricAtomicSaveMixin, AnyModelParallelMixin, FabricModelParallel):
     """Fabric's ``ModelParallelStrategy`` (FSDP2 + tensor parallel) on the accelerator's device type.
 
     Published as ``lightning_anyaccel.fabric.AnyModelParallelStrategy``. The setup is :data:`FABRIC_SETUP`.

@@ -8,7 +8,9 @@ under the Trainer's :class:`AnySingleDeviceStrategy` and Fabric's
 
 Setup (:data:`SETUP`, run by :func:`~lightning_anyaccel.strategies.steps.run_setup`): the
 accelerator's device type and the precision plugin are checked in the launching process and in
-the worker; then Lightning's setup selects the device, which is asked whether it can do the precision.
+the worker; then Lightning's setup selects the device, which is asked whether it can do the precision, and
+the stall watchdog starts (:mod:`~lightning_anyaccel.cluster.watchdog`: a run that makes no progress for
+``stall_timeout`` seconds prints its stack and ends with status 4).
 
 Example:
     >>> from lightning import Trainer
@@ -17,7 +19,7 @@ Example:
     >>> trainer.strategy.root_device
     device(type='cpu')
     >>> [step.name for step in SETUP]
-    ['check_accelerator', 'align_precision', 'lightning_setup', 'check_device_precision']
+    ['check_accelerator', 'align_precision', 'lightning_setup', 'check_device_precision', 'watch_stalls_alone']
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ from lightning.pytorch.strategies import SingleDeviceStrategy
 from typing_extensions import override
 
 from lightning_anyaccel.accelerator import process_devices
+from lightning_anyaccel.cluster import watchdog
 from lightning_anyaccel.cluster.environments import external_process_count, process_count_error
 from lightning_anyaccel.device.devices import device_of
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.lightning_stubs import SingleDeviceHooks
-from lightning_anyaccel.strategies.base import AnyStrategyMixin, Registered, fabric_class
+from lightning_anyaccel.strategies.base import AnyStrategyMixin, FabricProgressMixin, Registered, fabric_class
 from lightning_anyaccel.strategies.parameter_moves import FabricParameterMovesMixin, TrainerParameterMovesMixin
 from lightning_anyaccel.strategies.steps import (
     Setup,
@@ -45,6 +48,7 @@ from lightning_anyaccel.strategies.steps import (
     check_device_precision,
     in_worker,
     lightning_setup,
+    watch_stalls_alone,
 )
 
 if TYPE_CHECKING:
@@ -61,6 +65,7 @@ SETUP: Setup = (
     before_launch(align_precision),
     in_worker(lightning_setup),
     in_worker(check_device_precision),
+    in_worker(watch_stalls_alone),
 )
 
 
@@ -74,6 +79,9 @@ class LazyDeviceMixin(AnyStrategyMixin, _Base):
     Args:
         device: a device such as ``"xpu:1"`` (``"xpu"`` is ``"xpu:0"``); ``None`` (default) takes the
             device selected by the ``accelerator`` and ``devices`` arguments.
+        stall_timeout: seconds without a batch, a backward or an optimizer step before the stall watchdog
+            prints the process's stack and ends it (``0``: off; ``None``:
+            :func:`~lightning_anyaccel.cluster.watchdog.stall_timeout`, 30 min or ``$LIGHTNING_ANYACCEL_STALL_TIMEOUT``).
         **kwargs: the Lightning ``SingleDeviceStrategy`` arguments (accelerator, checkpoint_io, precision).
     """
 
@@ -83,8 +91,11 @@ class LazyDeviceMixin(AnyStrategyMixin, _Base):
     strategy_name: ClassVar[str] = "any_single"
     setup_steps: ClassVar[Setup] = SETUP
 
-    def __init__(self, device: str | torch.device | None = None, **kwargs: Any) -> None:
+    def __init__(self, device: str | torch.device | None = None, stall_timeout: float | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(device="cpu", **kwargs)
+        #: The stall watchdog's bound given to the strategy (``None``: the environment's or the default).
+        self.stall_timeout = stall_timeout
         # an unnumbered device ("hpu", as lightning-habana's SingleHPUStrategy takes it) is the process's device 0
         self._selected_device = process_devices([torch.device(device)])[0] if device is not None else None
 
@@ -126,6 +137,12 @@ class LazyDeviceMixin(AnyStrategyMixin, _Base):
         super()._configure_launcher()
         self._validate_device_setup()
 
+    @override
+    def teardown(self) -> None:
+        """Lightning's teardown; the stall watchdog stops watching until the next setup (the process may idle now)."""
+        watchdog.disarm()
+        super().teardown()
+
 
 class AnySingleDeviceStrategy(TrainerParameterMovesMixin, LazyDeviceMixin, SingleDeviceStrategy):
     """One process, one device; the device comes from the accelerator unless given (Trainer).
@@ -138,7 +155,7 @@ class AnySingleDeviceStrategy(TrainerParameterMovesMixin, LazyDeviceMixin, Singl
 
 
 @fabric_class("AnySingleDeviceStrategy")
-class FabricSingleDeviceStrategy(FabricParameterMovesMixin, LazyDeviceMixin, FabricSingleDevice):
+class FabricSingleDeviceStrategy(FabricProgressMixin, FabricParameterMovesMixin, LazyDeviceMixin, FabricSingleDevice):
     """Fabric on one device of the accelerator's type (Fabric alone would pick ``"cpu"``).
 
     Published as ``lightning_anyaccel.fabric.AnySingleDeviceStrategy``.
@@ -152,6 +169,13 @@ class FabricSingleDeviceStrategy(FabricParameterMovesMixin, LazyDeviceMixin, Fab
     """
 
     _side = FabricSide
+
+    @override
+    def setup_module(self, module: torch.nn.Module) -> Any:
+        """Lightning's, after starting the stall watchdog: one device runs without ``fabric.launch()``, whose
+        ``setup_environment`` would start it."""
+        watch_stalls_alone(self)
+        return super().setup_module(module)
 
 
 __all__ = ["NAMES", "SETUP", "AnySingleDeviceStrategy", "FabricSingleDeviceStrategy", "LazyDeviceMixin"]

@@ -116,6 +116,11 @@ class DistributedTarget(SetupTarget, Protocol):
         ...
 
     @property
+    def world_size(self) -> int:
+        """How many processes the job has."""
+        ...
+
+    @property
     def timeout(self) -> timedelta:
         """How long any rank waits for the others."""
         ...
@@ -231,10 +236,22 @@ def watch_stalls(strategy: DistributedTarget) -> None:
 
     The rendezvous before it has its own deadline; from here on a rank that makes no progress for
     ``stall_timeout`` (no batch, no backward, no collective) reports every rank's stack and ends the job.
+    The ranks of every node answer through the store at the rendezvous address (``MASTER_ADDR:MASTER_PORT``).
     """
     env = strategy.cluster_environment
     job = f"{env.main_address}-{env.main_port}"
-    watchdog.start(strategy.global_rank, job, getattr(strategy, "stall_timeout", None))
+    watchdog.start(strategy.global_rank, job, getattr(strategy, "stall_timeout", None),
+                   store=(env.main_address, int(env.main_port)), world_size=strategy.world_size)
+
+
+def watch_stalls_alone(strategy: SetupTarget) -> None:
+    """In the one process of a single-device run: start the stall watchdog (a job of its own, rank 0).
+
+    A batch, a backward or an optimizer step is progress, as in a multi-process run. Not in a notebook or an
+    interactive session: its kernel idles between cells, and interrupting it shows where it waits.
+    """
+    if not _lightning.is_interactive():
+        watchdog.start(0, f"single-{os.getpid()}", getattr(strategy, "stall_timeout", None))
 
 
 def check_start_method(strategy: DistributedTarget) -> None:
@@ -394,5 +411,6 @@ __all__ = [
     "run_setup",
     "supervise_worker",
     "watch_stalls",
+    "watch_stalls_alone",
     "with_launch_check",
 ]
