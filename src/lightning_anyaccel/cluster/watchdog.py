@@ -46,6 +46,7 @@ Example:
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import os
 import re
@@ -481,7 +482,27 @@ def start(rank: int, job: str, given: float | None = None, store: tuple[str, int
         _thread = threading.Thread(target=_watch, args=(rank, directory, bound, tick(bound)),
                                    name="anyaccel-watchdog", daemon=True)
         _thread.start()
+        atexit.register(_clean_up, directory, rank)
         return _thread
+
+
+def _clean_up(directory: Path, rank: int) -> None:
+    """At a normal exit: remove this rank's files unless it wrote stacks, and the directory once empty.
+
+    A stalled job ends with ``os._exit`` (no ``atexit``): its stacks stay where the report says.
+    """
+    stack = directory / f"rank{rank}.stack"
+    if DUMP_SIGNAL:
+        faulthandler.unregister(DUMP_SIGNAL)
+    if _stack_file is not None:
+        _stack_file.close()
+    try:
+        if stack.exists() and stack.stat().st_size == 0:
+            stack.unlink()
+            (directory / f"rank{rank}.pid").unlink(missing_ok=True)
+        directory.rmdir()  # only when no other rank's file is left
+    except OSError:
+        pass
 
 
 __all__ = ["DEFAULT_STALL_TIMEOUT_S", "DUMP_SIGNAL", "EXIT_CODE", "STALL_DIR_ENV", "STALL_TIMEOUT_ENV", "STORE_PREFIX",
