@@ -142,21 +142,39 @@ def test_an_evaluation_only_fabric_loop_is_progress_and_its_stall_is_not(tmp_pat
     assert "one_device.py:13 in hang" in proc.stderr, proc.stderr[-3000:]
 
 
-def test_forwards_count_in_eager_and_compiled_forwards_compile_once() -> None:
-    """A hooked module's eager forward counts; under ``torch.compile`` (fullgraph) it compiles once, not per call."""
-    import torch
+def test_fabric_forwards_count_compiled_ones_compile_once_and_the_module_pickles_as_it_was() -> None:
+    """A set-up module's eager forward counts (Fabric reads the strategy's precision); under ``torch.compile``
+    (fullgraph) a module that counts compiles once, not per call; the user's module carries nothing of ours."""
+    import pickle
 
-    module = watchdog.count_forwards(torch.nn.Linear(4, 1))
-    before = watchdog._counter[0]
-    module(torch.ones(2, 4))
-    assert watchdog._counter[0] == before + 1
+    import torch
+    from lightning.fabric import Fabric
+
+    from lightning_anyaccel.fabric import AnyAccelerator, AnySingleDeviceStrategy
+
+    fabric = Fabric(accelerator=AnyAccelerator(), strategy=AnySingleDeviceStrategy(), devices=1)
+    module = torch.nn.Linear(4, 1)
+    wrapped = fabric.setup_module(module)
+    try:
+        before = watchdog._counter[0]
+        wrapped(torch.ones(2, 4).to(fabric.device))
+        assert watchdog._counter[0] > before
+        assert b"lightning_anyaccel" not in pickle.dumps(module)
+    finally:
+        watchdog.disarm()
+
+    class Counting(torch.nn.Linear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            watchdog.forward_progress()
+            return super().forward(x)
+
     graphs = []
 
     def backend(graph: torch.fx.GraphModule, inputs: list) -> object:
         graphs.append(graph)
         return graph.forward
 
-    compiled = torch.compile(module, backend=backend, fullgraph=True)
+    compiled = torch.compile(Counting(4, 1), backend=backend, fullgraph=True)
     for _ in range(10):
         compiled(torch.ones(2, 4))
     assert len(graphs) == 1, f"compiled {len(graphs)} times"

@@ -5,7 +5,7 @@ DataLoader worker that never starts, a ``training_step`` that never returns, a f
 build that waits forever). :func:`start` runs one long-lived daemon thread per rank (and in the
 one process of a single-device run). The strategies call :func:`progress` (one integer increment)
 at every batch, backward, optimizer step and collective they run; under Fabric every forward of a
-module it set up counts too (:func:`count_forwards`: an evaluation-only loop is progress). When the
+module it set up counts too (:func:`forward_progress`: an evaluation-only loop is progress). When the
 counter has not moved for :func:`stall_timeout` seconds the thread
 
 1. writes every thread's Python stack of this rank (``faulthandler``) to
@@ -62,7 +62,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
-from weakref import WeakSet
 
 from lightning_anyaccel.cluster import supervision
 
@@ -91,7 +90,6 @@ _armed = threading.Event()
 _thread: threading.Thread | None = None
 _stack_file: IO[str] | None = None
 _lock = threading.Lock()
-_forward_counted: WeakSet[Any] = WeakSet()
 
 _COLLECTIVE = re.compile(r'torch/distributed/distributed_c10d\.py", line \d+,? in (\w+)')
 _FRAME = re.compile(r'\s*File "([^"]+)", line (\d+)(?:,? in (\S+))?')
@@ -138,33 +136,19 @@ def progress() -> None:
     _counter[0] += 1
 
 
-def _count_forward(module: Any, args: Any) -> None:
-    if not _is_compiling():  # traced by torch.compile, the increment would recompile the graph at every call
+def forward_progress() -> None:
+    """Count a forward as progress, except while ``torch.compile`` traces it (the increment would recompile
+    the graph at every call). Fabric asks its strategy for the precision plugin at every forward of a
+    set-up module; the package's Fabric strategies call this there, so an evaluation-only loop is progress.
+    """
+    if not _is_compiling():
         _counter[0] += 1
 
 
-def _never_compiling() -> bool:
-    return False
-
-
-_is_compiling: Callable[[], bool] = _never_compiling
-
-
-def count_forwards(module: torch.nn.Module) -> torch.nn.Module:
-    """Count every forward of ``module`` as progress (a forward pre-hook; once per module); returns ``module``.
-
-    Fabric's loops pass through the module's forward even where they run no backward (evaluation);
-    a wrapper (DDP, FSDP, DeepSpeed's engine) calls the module it wraps, so hooking that one is enough.
-    A forward compiled by ``torch.compile`` does not count (its optimizer steps and backwards do).
-    """
-    global _is_compiling
+def _is_compiling() -> bool:
     import torch
 
-    _is_compiling = torch.compiler.is_compiling
-    if module not in _forward_counted:
-        module.register_forward_pre_hook(_count_forward)
-        _forward_counted.add(module)
-    return module
+    return bool(torch.compiler.is_compiling())
 
 
 def disarm() -> None:
@@ -506,5 +490,5 @@ def _clean_up(directory: Path, rank: int) -> None:
 
 
 __all__ = ["DEFAULT_STALL_TIMEOUT_S", "DUMP_SIGNAL", "EXIT_CODE", "STALL_DIR_ENV", "STALL_TIMEOUT_ENV", "STORE_PREFIX",
-           "answer_wait", "count_forwards", "disarm", "main_thread_stack", "progress", "stall_dir", "stall_timeout",
+           "answer_wait", "forward_progress", "disarm", "main_thread_stack", "progress", "stall_dir", "stall_timeout",
            "start", "tick", "where"]

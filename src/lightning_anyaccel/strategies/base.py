@@ -164,17 +164,29 @@ class FabricProgressMixin(_FabricBase):
     """Fabric: every forward of a module set up by the strategy counts as progress for the stall watchdog.
 
     A Fabric loop that only evaluates runs no backward and no optimizer step; its forwards are what
-    show it alive (:func:`~lightning_anyaccel.cluster.watchdog.count_forwards`, one increment each).
-    Mixed in first, before the rest of a Fabric strategy's bases.
+    show it alive. Fabric's module wrapper asks the strategy for its precision plugin at every forward
+    (and its backward and clipping at theirs), so reading :attr:`precision` counts
+    (:func:`~lightning_anyaccel.cluster.watchdog.forward_progress`, one increment): nothing is added
+    to the user's module, which pickles as it was. Mixed in first, before the rest of a Fabric
+    strategy's bases.
     """
 
+    @property
     @override
-    def setup_module(self, module: Any) -> Any:
-        return super().setup_module(watchdog.count_forwards(module))
+    def precision(self) -> Any:
+        watchdog.forward_progress()
+        return super().precision  # type: ignore[misc]  # Lightning's Fabric Strategy has it
 
-    @override
-    def setup_module_and_optimizers(self, module: Any, optimizers: Any, scheduler: Any = None) -> Any:
-        return super().setup_module_and_optimizers(watchdog.count_forwards(module), optimizers, scheduler)
+    @precision.setter
+    def precision(self, precision: Any) -> None:
+        # the next class's setter in the MRO (FSDP's and ModelParallel's check the plugin's type)
+        mro = type(self).__mro__
+        for klass in mro[mro.index(FabricProgressMixin) + 1:]:
+            prop = vars(klass).get("precision")
+            if isinstance(prop, property) and prop.fset is not None:
+                prop.fset(self, precision)
+                return
+        raise AttributeError("precision")
 
 
 __all__ = ["FABRIC_PUBLIC_MODULE", "AnyStrategyMixin", "FabricProgressMixin", "Registered", "fabric_class"]

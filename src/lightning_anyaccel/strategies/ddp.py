@@ -39,7 +39,6 @@ from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.cluster import watchdog
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.strategies.base import FabricProgressMixin, Registered, fabric_class
 from lightning_anyaccel.strategies.multi_process import START_METHODS, AnyDistributedMixin
@@ -118,7 +117,7 @@ class FabricDDPStrategy(FabricProgressMixin, FabricParameterMovesMixin, AnyDDPMi
     @override
     def setup_module(self, module: Module) -> DistributedDataParallel:
         device_ids = _lightning.fabric_ddp_device_ids(self)
-        return self._wrap_ddp(watchdog.count_forwards(module), device_ids)  # no super(): counted here
+        return self._wrap_ddp(module, device_ids)
 
 
 __all__ = ["NAMES", "SETUP", "AnyDDPMixin", "AnyDDPStrategy", "FabricDDPStrategy"]
