@@ -691,6 +691,8 @@ LAYOUT_JS = """() => {
 
 def _looked_at_pages() -> list[str]:
     pages = ["docs/index.html", "docs/support_matrix.html"]
+    # the pages users read when a run fails or a vendor validates, and the API reference
+    pages += [f"docs/{name}.html" for name in ("troubleshooting", "faults", "validate_hardware", "scale_out", "api")]
     pages += sorted(str(p.relative_to(HTML)) for p in (HTML / "docs" / "devices").glob("*.html"))
     pages += sorted(str(p.relative_to(HTML)) for p in (HTML / "notebooks").glob("*.html"))
     return pages
@@ -698,7 +700,8 @@ def _looked_at_pages() -> list[str]:
 
 @pytest.mark.parametrize("width", [1400, 400])
 def test_layout_in_chromium_at_desktop_and_phone_width(site, browser, width, tmp_path):
-    """The landing page, the support grid, every device page and every notebook page, screenshot at the
+    """The landing page, the support grid, the troubleshooting, faults, validation, scale-out and API pages,
+    every device page and every notebook page, screenshot at the
     width: no word broken inside itself, no table wider than its box without a scrollbar, no sideways
     scrolling. The screenshots go to ``$ANYACCEL_SCREENSHOTS`` (else the test's temporary folder)."""
     shots = Path(os.environ.get("ANYACCEL_SCREENSHOTS", tmp_path))
