@@ -114,14 +114,6 @@ class FabricStrategyHooks(StrategyHooks):
         """Reduce ``tensor`` over the processes of ``group`` (``fabric.all_reduce`` calls it)."""
         ...
 
-    def setup_module(self, module: Any) -> Any:
-        """Wrap a module for the strategy (``fabric.setup(model)``, ``fabric.setup_module(model)``)."""
-        ...
-
-    def setup_module_and_optimizers(self, module: Any, optimizers: Any, scheduler: Any = None) -> Any:
-        """Wrap a module and its optimizers together (``fabric.setup(model, optimizer)``)."""
-        ...
-
 
 class SingleDeviceHooks(TrainerStrategyHooks):
     """Hooks of the Trainer's and Fabric's ``SingleDeviceStrategy`` (its ``__init__``)."""
