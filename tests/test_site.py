@@ -671,9 +671,10 @@ LAYOUT_JS = """() => {
         if (table.getBoundingClientRect().width > box.getBoundingClientRect().width + 1 && !scrolls)
             problems.push('table wider than its box without a scrollbar: ' + table.textContent.trim().slice(0, 40));
     }
-    // inline code in running text may break between characters (an identifier is not a word); code blocks wrap
+    // inline code in running text and API signatures may break between characters (an identifier is not a
+    // word); code blocks wrap
     const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT, {acceptNode: n =>
-        n.parentElement.closest('pre, script, style, .MathJax, svg, .nboutput') ||
+        n.parentElement.closest('pre, script, style, .MathJax, svg, .nboutput, dt.sig') ||
         (n.parentElement.closest('code') && !n.parentElement.closest('table'))
             ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
     const range = document.createRange();
