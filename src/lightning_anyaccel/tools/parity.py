@@ -196,6 +196,26 @@ def scale_to_clip(net: torch.nn.Module, norm: float) -> None:
             p.grad.mul_(coefficient)
 
 
+def deepspeed_strategy(cls: Any, name: str) -> Any:
+    """A DeepSpeed strategy of either front end for ``deepspeed_<stage>[_offload]``: the torch SGD (also with
+    offload), buckets small enough for the parity model."""
+    stage, offload = int(name.split("_")[1]), name.endswith("offload")
+    strategy = cls(stage=stage, offload_optimizer=offload, offload_parameters=offload and stage == 3,
+                   reduce_bucket_size=2_000_000, allgather_bucket_size=2_000_000, sub_group_size=2_000_000)
+    strategy.config["zero_force_ds_cpu_optimizer"] = False
+    return strategy
+
+
+def controlled_loss(loss: torch.Tensor, control: str | None, rank: int, world_size: int) -> torch.Tensor:
+    """``loss`` as a negative control breaks it: rank 1's gradient left out (``drop_rank_grad``), or every
+    rank's gradient scaled by the world size, so that the average becomes a sum (``sum_grads``)."""
+    if control == "drop_rank_grad" and rank == 1:
+        return loss * 0.0
+    if control == "sum_grads":
+        return loss * world_size
+    return loss
+
+
 def clip_coefficient(norm: float) -> float:
     """The factor ``clip_grad_norm_`` (and DeepSpeed's engine) scales gradients of global norm ``norm`` by."""
     return min(1.0, CLIP / (norm + 1e-6))
@@ -260,11 +280,7 @@ class ParityModule(LightningModule):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self(x).float(), y)
         self.losses.append(float(loss.detach()))
-        if self.control == "drop_rank_grad" and self.global_rank == 1:
-            loss = loss * 0.0
-        if self.control == "sum_grads":
-            loss = loss * self.trainer.world_size
-        return loss
+        return controlled_loss(loss, self.control, self.global_rank, self.trainer.world_size)
 
     @override
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -57,12 +57,7 @@ def build_strategy(name: str) -> Any:
     if short == "model_parallel":  # Lightning's defaults: tensor parallel across the node's processes
         return anyaccel.AnyModelParallelStrategy(split_middle_layers)
     if short.startswith("deepspeed_"):
-        stage, offload = int(short.split("_")[1]), short.endswith("offload")
-        strategy = anyaccel.AnyDeepSpeedStrategy(stage=stage, offload_optimizer=offload,
-                                                 offload_parameters=offload and stage == 3,
-                                                 reduce_bucket_size=2_000_000, allgather_bucket_size=2_000_000,
-                                                 sub_group_size=2_000_000)
-        strategy.config["zero_force_ds_cpu_optimizer"] = False  # the torch SGD, also with offload
+        strategy = parity.deepspeed_strategy(anyaccel.AnyDeepSpeedStrategy, short)
         strategy.config["gradient_clipping"] = parity.CLIP  # Fabric leaves clipping to the engine's step
         return strategy
     raise ValueError(f"--strategy must be among {STRATEGIES}, not {name!r}")

@@ -104,11 +104,7 @@ class Gpt2ParityModule(parity.ParityModule):
         (tokens,) = batch
         loss = _loss(self.net, tokens)
         self.losses.append(float(loss.detach()))
-        if self.control == "drop_rank_grad" and self.global_rank == 1:
-            loss = loss * 0.0
-        if self.control == "sum_grads":
-            loss = loss * self.trainer.world_size
-        return loss
+        return parity.controlled_loss(loss, self.control, self.global_rank, self.trainer.world_size)
 
     @override
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:

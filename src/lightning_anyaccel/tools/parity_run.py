@@ -88,13 +88,7 @@ def build_strategy(name: str) -> Any:
     if name == "model_parallel":  # Lightning's defaults: tensor parallel across the node's processes
         return anyaccel.AnyModelParallelStrategy()
     if name.startswith("deepspeed_"):
-        stage, offload = int(name.split("_")[1]), name.endswith("offload")
-        strategy = anyaccel.AnyDeepSpeedStrategy(stage=stage, offload_optimizer=offload,
-                                                 offload_parameters=offload and stage == 3,
-                                                 reduce_bucket_size=2_000_000, allgather_bucket_size=2_000_000,
-                                                 sub_group_size=2_000_000)
-        strategy.config["zero_force_ds_cpu_optimizer"] = False  # the torch SGD, also with offload
-        return strategy
+        return parity.deepspeed_strategy(anyaccel.AnyDeepSpeedStrategy, name)
     raise ValueError(f"--strategy must be among {STRATEGIES}, not {name!r}")
 
 
