@@ -327,3 +327,11 @@ def test_the_grid_and_the_device_pages_show_the_largest_difference_from_one_devi
     assert "| GPT-2 with DDP, bf16-mixed | 4 | 6e-3 | 2e-2 per tensor (bf16) | run on hardware |" in table, table
     assert [pages._sci(v) for v in (3.17e-07, 1e-05, 6.3e-03)] == ["3.2e-7", "1e-5", "6.3e-3"]
     assert "Not measured on this device yet." in "\n".join(pages._parity_lines(with_backend, {}))
+    # every run the parity check trains has a name in the users' words, each its own
+    from lightning_anyaccel.tools import parity_run
+
+    names = [*parity_run.STRATEGIES, *parity_run.FABRIC]
+    labels = [pages.parity_name(name) for name in names]
+    assert not [name for name, label in zip(names, labels) if label == name], labels
+    assert len(set(labels)) == len(labels), labels
+    assert pages.parity_name("fabric_deepspeed_3_offload") == "DeepSpeed ZeRO-3, offloaded, Fabric"

@@ -48,15 +48,32 @@ FEATURES = {
     "transformer": "GPT-2",
 }
 MULTI_PROCESS = {"ddp", "fsdp", "fsdp2", "deepspeed"}
-#: The runs of parity in the users' words: a strategy's short name (``tools/parity_run.STRATEGIES``, the test
-#: suite's ``[parity]`` section) or a validation kit check's name (its test entry's ``parity``).
+#: The runs of parity in the users' words, in the tables' order: a strategy's short name
+#: (``tools/parity_run.STRATEGIES``, the test suite's ``[parity]`` section) or a validation kit check's name (its
+#: test entry's ``parity``). :func:`parity_name` adds what the short name says beyond these: ``fabric_`` in front
+#: (Fabric's loop) and a DeepSpeed stage's ``_offload`` at the end.
 PARITY_NAMES = {
-    "ddp": "DDP", "ddp_spawn": "DDP (spawn)", "fsdp": "FSDP", "fsdp_grad_op": "FSDP (SHARD_GRAD_OP)",
-    "fsdp2": "FSDP2", "deepspeed_1": "DeepSpeed ZeRO-1", "deepspeed_2": "DeepSpeed ZeRO-2",
-    "deepspeed_3": "DeepSpeed ZeRO-3", "deepspeed_2_offload": "DeepSpeed ZeRO-2, offloaded",
-    "deepspeed_3_offload": "DeepSpeed ZeRO-3, offloaded", "deepspeed": "DeepSpeed ZeRO-2",
-    "transformer": "GPT-2 with DDP, bf16-mixed",
+    "ddp": "DDP", "ddp_find_unused": "DDP (find_unused_parameters)", "ddp_spawn": "DDP (spawn)",
+    "ddp_fork": "DDP (fork)", "fsdp": "FSDP", "fsdp_grad_op": "FSDP (SHARD_GRAD_OP)",
+    "fsdp_cpu_offload": "FSDP (CPU offload)", "fsdp2": "FSDP2", "model_parallel": "tensor parallel + FSDP2",
+    "deepspeed_1": "DeepSpeed ZeRO-1", "deepspeed_2": "DeepSpeed ZeRO-2", "deepspeed_3": "DeepSpeed ZeRO-3",
+    "deepspeed": "DeepSpeed ZeRO-2", "transformer": "GPT-2 with DDP, bf16-mixed",
 }
+
+
+def _parity_parts(name: str) -> tuple[str, bool, bool]:
+    """A parity run's short name as (its entry of :data:`PARITY_NAMES`, offloaded, Fabric)."""
+    base = name.removeprefix("fabric_")
+    offload = base.startswith("deepspeed_") and base.endswith("_offload")
+    return base.removesuffix("_offload") if offload else base, offload, base != name
+
+
+def parity_name(name: str) -> str:
+    """A parity run in the users' words: ``fabric_deepspeed_3_offload`` -> ``DeepSpeed ZeRO-3, offloaded, Fabric``."""
+    base, offload, fabric = _parity_parts(name)
+    return PARITY_NAMES.get(base, name) + (", offloaded" if offload else "") + (", Fabric" if fabric else "")
+
+
 #: marks of the comparison tables
 COMPARE_MARKS = {"yes": "✓", "differs": "⚠", "no": "✗"}
 
@@ -120,7 +137,7 @@ def _sci(value: float, digits: int = 1) -> str:
 
 
 def parity_runs(entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per run of parity, its measurement at the strongest level that has one: ``name`` (:data:`PARITY_NAMES`),
+    """Per run of parity, its measurement at the strongest level that has one: ``name`` (:func:`parity_name`),
     ``level``, ``processes``, ``largest`` (difference), ``rtol``, ``atol``, ``date``; in :data:`PARITY_NAMES`' order.
 
     From a record's ``[parity]`` section (the test suite's) and from the parity of a validation kit check.
@@ -143,8 +160,12 @@ def parity_runs(entry: dict[str, Any]) -> list[dict[str, Any]]:
                 found[name] = {"name": name, "level": level, "processes": processes, "largest": largest,
                                "rtol": float(numbers["rtol"]), "atol": float(numbers["atol"]), "date": date}
     order = list(PARITY_NAMES)
-    return sorted(found.values(), key=lambda run: (order.index(run["name"]) if run["name"] in order else len(order),
-                                                   run["name"]))
+
+    def key(run: dict[str, Any]) -> tuple[int, bool, bool, str]:
+        base, offload, fabric = _parity_parts(run["name"])
+        return order.index(base) if base in order else len(order), offload, fabric, run["name"]
+
+    return sorted(found.values(), key=key)
 
 
 def parity_mark(spec: Any, entry: dict[str, Any]) -> str:
@@ -177,7 +198,7 @@ def _parity_lines(spec: Any, entry: dict[str, Any]) -> list[str]:
     for run in runs:
         tolerance = (f"rtol {_sci(run['rtol'], 0)}, atol {_sci(run['atol'], 0)}" if run["atol"] > 0
                      else f"{_sci(run['rtol'], 0)} per tensor (bf16)")
-        lines.append(_row([PARITY_NAMES.get(run["name"], run["name"]), str(run["processes"] or "–"),
+        lines.append(_row([parity_name(run["name"]), str(run["processes"] or "–"),
                            _sci(run["largest"]), tolerance, LEVEL_WORDS[run["level"]],
                            str(run["date"])[:10] if run["date"] else "–"]))
     return [*lines, ""]
