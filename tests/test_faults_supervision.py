@@ -50,6 +50,12 @@ def test_reaper_kills_a_stopped_child_that_was_asked_to_terminate() -> None:
         child.wait(timeout=10)
 
 
+def _env() -> dict[str, str]:
+    """The environment of a launcher script: this checkout's package first on its path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(supervision.__file__).parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+
+
 LAUNCHER = textwrap.dedent("""
     import os, subprocess, sys, time
     from lightning_anyaccel.cluster import supervision
@@ -74,9 +80,7 @@ LAUNCHER = textwrap.dedent("""
 def test_a_stopped_worker_ends_with_its_launcher(tmp_path: Path, how: str) -> None:
     """``crash``: the kernel's parent-death signal; ``exit``: the launcher's own kill at exit."""
     pid_file = tmp_path / "worker.pid"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(supervision.__file__).parents[1]),
-                                                          os.environ.get("PYTHONPATH", "")])}
-    launcher = subprocess.run([sys.executable, "-c", LAUNCHER, str(pid_file), how], env=env, timeout=120,
+    launcher = subprocess.run([sys.executable, "-c", LAUNCHER, str(pid_file), how], env=_env(), timeout=120,
                               capture_output=True, text=True)
     assert launcher.returncode == 1, launcher.stderr[-2000:]
     worker = int(pid_file.read_text())
@@ -106,9 +110,7 @@ FINISHING = textwrap.dedent("""
 def test_a_slower_worker_finishes_after_a_successful_launcher_silently(tmp_path: Path) -> None:
     """After a successful run the launcher waits for its workers and prints nothing that reads like a failure."""
     done = tmp_path / "done"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(supervision.__file__).parents[1]),
-                                                          os.environ.get("PYTHONPATH", "")])}
-    launcher = subprocess.run([sys.executable, "-c", FINISHING, str(done)], env=env, timeout=120,
+    launcher = subprocess.run([sys.executable, "-c", FINISHING, str(done)], env=_env(), timeout=120,
                               capture_output=True, text=True)
     assert launcher.returncode == 0, launcher.stderr[-2000:]
     assert done.read_text() == "done"
@@ -134,9 +136,7 @@ ORPHANED = textwrap.dedent("""
 def test_a_worker_whose_launcher_died_before_it_started_exits_at_once(tmp_path: Path) -> None:
     """A rank that reaches its setup after its launcher failed ends there instead of waiting for the rendezvous."""
     went_on = tmp_path / "went_on"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(supervision.__file__).parents[1]),
-                                                          os.environ.get("PYTHONPATH", "")])}
-    launcher = subprocess.run([sys.executable, "-c", ORPHANED, str(went_on)], env=env, timeout=120,
+    launcher = subprocess.run([sys.executable, "-c", ORPHANED, str(went_on)], env=_env(), timeout=120,
                               capture_output=True, text=True)
     assert launcher.returncode == 1, launcher.stderr[-2000:]
     assert _wait_until(lambda: not _orphans(str(went_on))), "the orphaned worker is still running"
