@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -75,17 +76,21 @@ STRATEGY_NAMES = ["ddp", "ddp_find_unused", "fsdp", "fsdp_grad_op", "fsdp_cpu_of
                   *DEEPSPEED, *(f"fabric_{name}" for name in ["ddp", "fsdp", "fsdp2", "model_parallel", *DEEPSPEED])]
 
 
-@pytest.fixture(scope="module")
-def parity_job(tmp_path_factory, device) -> Path:
-    """The one 2-process launch on the device under test: every strategy, then every negative control."""
-    out = tmp_path_factory.mktemp("parity")
-    runs = [*_strategies(device), *(BF16 if _bf16(device.type) else []), *CONTROLS]
-    proc = run_python([RUN, "--strategy", ",".join(runs), "--device-type", device.type, "--out", str(out)],
+def _run_job(out: Path, device_type: str, runs: Sequence[str], what: str) -> Path:
+    """Run the parity script on ``runs`` into ``out``; a failed job fails the test with the end of its output."""
+    proc = run_python([RUN, "--strategy", ",".join(runs), "--device-type", device_type, "--out", str(out)],
                       timeout=TIMEOUT, env=ENV)
     if proc.returncode != 0:
         lines = [line for line in proc.stdout.splitlines() if "Warning" not in line]
-        pytest.fail(f"the parity job exited with {proc.returncode}:\n" + "\n".join(lines[-80:]))
+        pytest.fail(f"{what} exited with {proc.returncode}:\n" + "\n".join(lines[-80:]))
     return out
+
+
+@pytest.fixture(scope="module")
+def parity_job(tmp_path_factory, device) -> Path:
+    """The one 2-process launch on the device under test: every strategy, then every negative control."""
+    runs = [*_strategies(device), *(BF16 if _bf16(device.type) else []), *CONTROLS]
+    return _run_job(tmp_path_factory.mktemp("parity"), device.type, runs, "the parity job")
 
 
 @pytest.mark.slow
@@ -122,13 +127,8 @@ def _judge_and_log(out: Path, strategy: str, device) -> None:
 @pytest.fixture(scope="module")
 def start_methods_job(tmp_path_factory, device) -> Path:
     """One process on the device under test that trains DDP with ``spawn``, then with ``fork``: each starts 2 ranks."""
-    out = tmp_path_factory.mktemp("parity-start-methods")
-    proc = run_python([RUN, "--strategy", ",".join(START_METHODS), "--device-type", device.type, "--out", str(out)],
-                      timeout=TIMEOUT, env=ENV)
-    if proc.returncode != 0:
-        lines = [line for line in proc.stdout.splitlines() if "Warning" not in line]
-        pytest.fail(f"the spawn/fork parity job exited with {proc.returncode}:\n" + "\n".join(lines[-80:]))
-    return out
+    return _run_job(tmp_path_factory.mktemp("parity-start-methods"), device.type, START_METHODS,
+                    "the spawn/fork parity job")
 
 
 #: DDP's start methods that start the ranks from one parent (the 2-process launch above is popen).
