@@ -344,10 +344,7 @@ class EmulatorAllocator final : public EmulatorAllocatorBase {
     check_index(device);
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceStats& s = stats_[device];
-    for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.allocated_bytes, &s.reserved_bytes,
-                      &s.active_bytes, &s.requested_bytes}) {
-      for (auto& stat : *arr) stat.reset_accumulated();
-    }
+    for_each_stat(s, [](auto& stat) { stat.reset_accumulated(); });
     s.num_device_alloc = 0;
     s.num_device_free = 0;
     s.num_alloc_retries = 0;
@@ -357,10 +354,15 @@ class EmulatorAllocator final : public EmulatorAllocatorBase {
   void resetPeakStats(DeviceIndex device) EMU_DEVICE_ALLOCATOR_OVERRIDE {
     check_index(device);
     std::lock_guard<std::mutex> lock(mutex_);
-    DeviceStats& s = stats_[device];
+    for_each_stat(stats_[device], [](auto& stat) { stat.reset_peak(); });
+  }
+
+  // Every counter of a device's stats (each kind of allocation, per pool), for the resets above.
+  template <typename F>
+  static void for_each_stat(DeviceStats& s, F f) {
     for (auto* arr : {&s.allocation, &s.segment, &s.active, &s.allocated_bytes, &s.reserved_bytes,
                       &s.active_bytes, &s.requested_bytes}) {
-      for (auto& stat : *arr) stat.reset_peak();
+      for (auto& stat : *arr) f(stat);
     }
   }
 
