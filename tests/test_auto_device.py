@@ -132,12 +132,12 @@ def test_a_wrong_activation_value_names_the_accepted_ones() -> None:
         activation.is_active({"LIGHTNING_ANYACCEL_ACTIVATE": "yes"})
 
 
-def test_the_start_up_hooks_examples() -> None:
+@pytest.mark.parametrize("name", ["_lightning_anyaccel_startup", "_lightning_anyaccel_import_hook"])
+def test_the_start_up_hooks_examples(name: str) -> None:
     import doctest
+    import importlib
 
-    import _lightning_anyaccel_startup
-
-    result = doctest.testmod(_lightning_anyaccel_startup, optionflags=doctest.ELLIPSIS)
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
 
 

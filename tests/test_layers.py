@@ -3,7 +3,8 @@
 The graph is read from the source with ``ast``: every ``import`` of a module of the package, also
 those inside functions (a lazy import is a dependency too). Each module belongs to exactly one
 layer of the page's list; a module imports only modules of its own layer or of the layers below,
-and no chain of imports comes back to where it started.
+and no chain of imports comes back to where it started. The modules next to the package in ``src/``
+(the start-up hook's) are in the graph too, named on the page by their path from the repository root.
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "src" / "lightning_anyaccel"
+SRC = ROOT / "src"
+PACKAGE = SRC / "lightning_anyaccel"
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+#: Every module of src/: the package's and those beside it (the start-up hook's).
+MODULES = {_module_name(path): path for path in [*PACKAGE.rglob("*.py"), *SRC.glob("*.py")]}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -48,8 +51,14 @@ def layers() -> list[tuple[str, list[str]]]:
     return [(title, re.findall(r"`([\w/.]+)`", paths)) for title, paths in found]
 
 
+def _page_path(module: str) -> str:
+    """How the page names a module: from the package's folder, or from the repository root outside it."""
+    path = MODULES[module]
+    return (path.relative_to(PACKAGE) if path.is_relative_to(PACKAGE) else path.relative_to(ROOT)).as_posix()
+
+
 def _layer_of(module: str, rule: list[tuple[str, list[str]]]) -> list[int]:
-    path = MODULES[module].relative_to(PACKAGE).as_posix()
+    path = _page_path(module)
     return [index for index, (_, paths) in enumerate(rule)
             if any(path == p or (p.endswith("/") and path.startswith(p)) for p in paths)]
 
@@ -91,6 +100,11 @@ def test_no_import_cycle() -> None:
         if module not in state:
             visit(module)
     assert cycles == []
+
+
+def test_the_graph_sees_the_modules_beside_the_package() -> None:
+    """The start-up hook's module imports the package (when Lightning is imported): an edge like any other."""
+    assert "lightning_anyaccel" in import_graph()["_lightning_anyaccel_startup"]
 
 
 def test_the_graph_sees_lazy_imports() -> None:

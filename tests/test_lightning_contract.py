@@ -79,8 +79,21 @@ def test_private_attribute_exists(distribution, entry) -> None:
     )
 
 
-def _private_uses() -> tuple[dict[str, list[str]], set[str], list[str]]:
+def _attribute_by_string(node: ast.AST) -> str | None:
+    """The private name ``getattr``/``hasattr``/``setattr``/``delattr`` reads by its string (``getattr(x, "_a")``)."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr", "delattr") and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+        name = node.args[1].value
+        return name if name.startswith("_") and not name.startswith("__") else None
+    return None
+
+
+def _private_uses() -> tuple[dict[str, list[str]], set[str], list[str], dict[str, list[str]]]:
+    """Private names used (as attributes), defined by the package, imported from Lightning, and read by their string
+    (``getattr(x, "_a")``) outside the contract package."""
     used: dict[str, list[str]] = {}
+    by_string: dict[str, list[str]] = {}
     defined: set[str] = set()
     imports: list[str] = []
     for path in sorted(SRC.rglob("*.py")):
@@ -103,16 +116,22 @@ def _private_uses() -> tuple[dict[str, list[str]], set[str], list[str]]:
                     defined.add(node.attr)
                 if node.attr.startswith("_") and not node.attr.startswith("__"):
                     used.setdefault(node.attr, []).append(f"{path.relative_to(SRC)}:{node.lineno}")
-    return used, defined, imports
+            name = _attribute_by_string(node)
+            if name is not None and path.parent.name != "_lightning":
+                by_string.setdefault(name, []).append(f"{path.relative_to(SRC)}:{node.lineno}")
+    return used, defined, imports, by_string
 
 
 def test_no_private_lightning_name_outside_the_contract() -> None:
     """Every private name the package touches is its own, listed in the contract, or known not to be Lightning's."""
-    used, defined, imports = _private_uses()
+    used, defined, imports, by_string = _private_uses()
     listed = {a.name for a in _lightning.PRIVATE_ATTRIBUTES} | {n.name for n in _lightning.PRIVATE_NAMES}
     unlisted = {name: where for name, where in used.items() if name not in defined | listed | set(NOT_LIGHTNING)}
     assert not unlisted, f"private names used but not in lightning_anyaccel._lightning's contract: {unlisted}"
     assert not imports, f"private Lightning imports outside lightning_anyaccel._lightning: {imports}"
+    # a listed name read by its string bypasses the contract's accessors: read it through one of them
+    bypass = {name: where for name, where in by_string.items() if name in listed}
+    assert not bypass, f"Lightning's private names read by their string outside lightning_anyaccel._lightning: {bypass}"
 
 
 def test_the_emulator_touches_no_lightning() -> None:
@@ -134,7 +153,7 @@ def test_the_emulator_touches_no_lightning() -> None:
 
 def test_every_known_non_lightning_name_is_still_used() -> None:
     """``NOT_LIGHTNING`` lists only names the package uses (a stale entry would hide a new use elsewhere)."""
-    used, _, _ = _private_uses()
+    used, _, _, _ = _private_uses()
     assert not set(NOT_LIGHTNING) - set(used), f"listed in NOT_LIGHTNING but unused: {set(NOT_LIGHTNING) - set(used)}"
 
 
@@ -246,3 +265,14 @@ def test_docstring_examples(module) -> None:
         runner.run(test)
     assert runner.failures == 0
     assert runner.tries > 0
+
+
+@pytest.mark.parametrize("distribution", INSTALLED, ids=lambda f: f.package)
+@pytest.mark.parametrize("front_end", ["pytorch", "fabric"])
+def test_single_device_root_reads_where_a_single_device_strategy_trains(distribution, front_end) -> None:
+    """``policy`` refuses Lightning's single-device strategy on another device type through this accessor."""
+    import torch
+
+    module = distribution.module(f"lightning.{front_end}.strategies")
+    assert _lightning.single_device_root(module.SingleDeviceStrategy(device=torch.device("cpu"))) == torch.device("cpu")
+    assert _lightning.single_device_root(module.DDPStrategy()) is None

@@ -109,7 +109,7 @@ def test_wheel_contents_and_metadata(dist):
     assert "lightning_anyaccel/__init__.py" in names and "lightning_anyaccel/_version.py" in names
     assert "lightning_anyaccel/strategies/ddp.py" in names and "lightning_anyaccel/fabric/strategies.py" in names
     # the start-up hook at the root (site-packages): its .pth file and the module it arms
-    assert {"lightning_anyaccel_startup.pth", "_lightning_anyaccel_startup.py"} <= set(names)
+    assert {"lightning_anyaccel_startup.pth", "_lightning_anyaccel_startup.py", "_lightning_anyaccel_import_hook.py"} <= set(names)
     with zipfile.ZipFile(wheel) as zf:
         assert zf.read("lightning_anyaccel_startup.pth") == (ROOT / "src" / "lightning_anyaccel_startup.pth").read_bytes()
     assert not [n for n in names if n.startswith(("tests/", "notebooks/", "benchmarks/"))], "wheel ships non-package files"

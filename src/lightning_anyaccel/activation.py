@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from _lightning_anyaccel_startup import ACTIVATE_ENV, ACTIVATE_VALUES, activation_requested
+from _lightning_anyaccel_import_hook import ACTIVATE_ENV, ACTIVATE_VALUES, activation_requested
 from lightning_anyaccel import _lightning
 
 #: Lightning's strategy classes a program may build itself (in ``lightning.pytorch.strategies`` and

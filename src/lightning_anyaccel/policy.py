@@ -211,7 +211,7 @@ def _refuse_foreign(strategy: Any, accelerator: Any) -> None:
             f" trains on CPU. Pass strategy={suggestion!r} (the same strategy on the accelerator's device type)."
             + program
         )
-    root = getattr(strategy, "_root_device", None)  # set on single-device strategies only
+    root = _lightning.single_device_root(strategy)
     if root is not None and root.type != device_type:
         raise StrategyNotSupportedError(
             f"{name} runs on {root}, but the accelerator is {accelerator!r}: the model would train on"

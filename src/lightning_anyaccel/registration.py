@@ -30,7 +30,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from _lightning_anyaccel_startup import when_imported
+from _lightning_anyaccel_import_hook import when_imported
 from lightning_anyaccel import _lightning, activation
 from lightning_anyaccel._lightning import LIGHTNING, PYTORCH_LIGHTNING, Distribution
 from lightning_anyaccel.device import devices, runtime

@@ -102,6 +102,7 @@ from lightning_anyaccel._lightning.accessors import (
     set_launcher,
     set_parallel_devices,
     setup_activation_checkpointing,
+    single_device_root,
     start_method_of,
     timeout_of,
     trainer_given_precision,
@@ -189,5 +190,6 @@ __all__ = [
     "register_ddp_comm_hook",
     "set_default_backend",
     "setup_activation_checkpointing",
+    "single_device_root",
     "validate_device_index_selection",
 ]

@@ -217,6 +217,11 @@ def bound_deepspeed_new_group(timeout: Any) -> bool:
 # ----- Lightning's private state of strategies and launchers, read and written only here ----------
 
 
+def single_device_root(strategy: Any) -> Any:
+    """The device a single-device strategy of Lightning trains on (``torch.device``); ``None`` for any other strategy."""
+    return getattr(strategy, "_root_device", None)
+
+
 def parallel_devices_of(strategy: Any) -> Any:
     """The devices Lightning keeps for the local ranks of a parallel strategy."""
     return strategy._parallel_devices

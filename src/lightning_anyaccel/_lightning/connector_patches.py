@@ -70,6 +70,19 @@ class ConnectorView:
 _HOOK_MARK = "__lightning_anyaccel_hooks__"
 
 
+def replace_function(distribution: Distribution, where: tuple[str, str],
+                     wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace Lightning's module function ``where`` (module as in ``lightning``, name) of ``distribution`` with
+    ``wrap(original)``, once: a function it already replaced stays (idempotent)."""
+    module = distribution.module(where[0])
+    original = getattr(module, where[1])
+    if getattr(original, _HOOK_MARK, False):
+        return
+    replacement = functools.wraps(original)(wrap(original))
+    setattr(replacement, _HOOK_MARK, True)
+    setattr(module, where[1], replacement)
+
+
 @dataclass(frozen=True)
 class ConnectorPolicy:
     """The package's decisions, as :func:`install_connector_hooks` asks for them."""
@@ -167,21 +180,17 @@ def install_device_info_hook(distribution: Distribution, policy: ConnectorPolicy
     and for every other device type it says nothing. Trainers of every other accelerator keep
     Lightning's report.
     """
-    module = distribution.module(_DEVICE_INFO[0])
-    original = getattr(module, _DEVICE_INFO[1])
-    if getattr(original, _HOOK_MARK, False):
-        return
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def log_device_info(trainer: Any) -> None:
+            if policy.owns(getattr(trainer, "accelerator", None)):
+                policy.log_device_info(trainer)
+            else:
+                original(trainer)
+                policy.log_unused_devices(trainer)
 
-    @functools.wraps(original)
-    def log_device_info(trainer: Any) -> None:
-        if policy.owns(getattr(trainer, "accelerator", None)):
-            policy.log_device_info(trainer)
-        else:
-            original(trainer)
-            policy.log_unused_devices(trainer)
+        return log_device_info
 
-    setattr(log_device_info, _HOOK_MARK, True)
-    setattr(module, _DEVICE_INFO[1], log_device_info)
+    replace_function(distribution, _DEVICE_INFO, wrap)
 
 
 _ARGUMENTS = "__lightning_anyaccel_arguments__"

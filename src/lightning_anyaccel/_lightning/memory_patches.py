@@ -13,10 +13,10 @@ Part of the contract (:mod:`lightning_anyaccel._lightning`).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
+from typing import Any
 
-from lightning_anyaccel._lightning.connector_patches import _HOOK_MARK
+from lightning_anyaccel._lightning.connector_patches import replace_function
 from lightning_anyaccel._lightning.porting import Distribution
 
 #: Lightning's CUDA out-of-memory test, which ``is_oom_error`` asks (module as in ``lightning``).
@@ -26,17 +26,13 @@ _OUT_OF_MEMORY = ("lightning.pytorch.utilities.memory", "is_cuda_out_of_memory")
 def install_out_of_memory_hook(distribution: Distribution, is_out_of_memory: Callable[[BaseException], bool]) -> None:
     """Let Lightning's out-of-memory detection of ``distribution``'s Trainer recognise ``is_out_of_memory``'s errors
     too (idempotent). Lightning's own answers are kept."""
-    module = distribution.module(_OUT_OF_MEMORY[0])
-    original = getattr(module, _OUT_OF_MEMORY[1])
-    if getattr(original, _HOOK_MARK, False):
-        return
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def is_cuda_out_of_memory(exception: BaseException) -> bool:
+            return bool(original(exception)) or is_out_of_memory(exception)
 
-    @functools.wraps(original)
-    def is_cuda_out_of_memory(exception: BaseException) -> bool:
-        return bool(original(exception)) or is_out_of_memory(exception)
+        return is_cuda_out_of_memory
 
-    setattr(is_cuda_out_of_memory, _HOOK_MARK, True)
-    setattr(module, _OUT_OF_MEMORY[1], is_cuda_out_of_memory)
+    replace_function(distribution, _OUT_OF_MEMORY, wrap)
 
 
 __all__ = ["install_out_of_memory_hook"]
