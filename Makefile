@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 # The dev/CI tools and the package's dependencies, pinned with hashes (`make lock` regenerates it).
 LOCK := requirements/dev.lock
 
-.PHONY: install run test test-suite test-emulated typecheck test-snippets emulator bench docs lab clean lock test-compat records records-parity
+.PHONY: install run check lint test-quick test test-suite test-emulated typecheck test-snippets emulator bench docs lab clean lock test-compat records records-parity
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -63,30 +63,11 @@ emulator: install
 # everything in one process.
 TEST_WORKERS ?= 3
 DEVICE_TEST_WORKERS ?= 2
-# The seeds' own device types, emulated on torch's XPU/HPU dispatch keys by the same build
-# (docs/emulator.md): the device-generic tests without the spawn/fork start methods of DDP, which
-# exercise the launcher, not the device, and run on `acme` above; nor notebook 2 and the validation kit
-# (tests/test_validate.py), which run on `acme`; and each two-process test (DDP, the checkpoint from two
-# processes) with the Trainer only: Fabric starts and saves through the same Lightning and torch code,
-# and runs them on `acme`.
-# On xpu, of the workloads GPT-2 through one device only (its attention on xpu; the strategies run on
-# `acme`): XPU_WORKLOADS, comma-separated, empty for none (tests/test_workloads.py).
-SEED_DEVICE_TESTS ?= not spawn and not ddp_fork and not notebook and not test_the_kit \
-	and not (fabric and (test_ddp_two_processes or test_checkpoint_from_two_processes))
-XPU_WORKLOADS ?= gpt2_single
-# On `acme`, the two-process tests the seeds' devices (xpu, hpu) and CPU run with the Trainer run with Fabric
-# only: DDP, its spawn start (CPU runs both front ends) and the checkpoint from two processes.
-ACME_DESELECT ?= --deselect 'tests/test_trainer_cpu.py::test_ddp_two_processes[trainer-any_ddp]' \
-	--deselect 'tests/test_trainer_cpu.py::test_ddp_two_processes[trainer-any_ddp_spawn]' \
-	--deselect 'tests/test_trainer_cpu.py::test_checkpoint_from_two_processes_resumes_on_one[trainer]'
-# The checkpoint from two processes with the Trainer runs on hpu (and CPU), not again on xpu.
-XPU_DESELECT ?= --deselect 'tests/test_trainer_cpu.py::test_checkpoint_from_two_processes_resumes_on_one[trainer]'
-# On hpu, GPT-2 through one device and with DeepSpeed (the emulated device DeepSpeed runs on); DDP, FSDP,
-# FSDP2, SyncBatchNorm and the resume on CPU train on `acme` (every strategy's numbers: tests/test_parity.py on each device).
-# `make records` trains every workload on every device name.
-HPU_WORKLOADS ?= gpt2_single,gpt2_deepspeed
-# The CPU pass likewise (resuming the 2-process checkpoint on CPU shows something where it was trained on `acme`).
-CPU_WORKLOADS ?= $(HPU_WORKLOADS)
+# Which test runs on which device level, and why, is data: the passes of tests/device_passes.toml, each
+# run as `pytest --device-pass=NAME` (its device, marker, files, workloads and what it leaves out; the
+# seeds' own device types xpu and hpu are emulated on torch's XPU/HPU dispatch keys by the same build,
+# docs/emulator.md). `pytest --device-pass=xpu --collect-only -q` lists a pass.
+
 # Each run writes its validation record (lightning_anyaccel/tools/records.py) into RECORDS as <type>-<level>.toml:
 # `make test` into _build/records (CI's evidence, not committed); `make records` into docs/records, the
 # records the support matrix shows (commit them; docs/contributing.md, "Validation records").
@@ -100,9 +81,18 @@ PYTEST := $(LEAN_IMPORTS) $(PYTHON) -m pytest
 # Every pytest run of make (test, test-compat) fails on a skip this file does not list with its reason
 # (tests/skip_check.py, docs/contributing.md); `make test ANYACCEL_EXPECTED_SKIPS=` turns the check off.
 export ANYACCEL_EXPECTED_SKIPS ?= $(CURDIR)/tests/expected_skips.toml
-# The tests of what a machine with one device does (marker one_device), run again on the emulated
-# accelerator loaded with one device, in one process (the CPU pass runs them already).
-ONE_DEVICE_TESTS ?= tests/test_sharding_cpu.py tests/test_verify.py
+# The quick tier, for every edit: lint (ruff, configured in pyproject.toml), types (mypy) and the fast unit
+# tests (pass `quick` of tests/device_passes.toml: in the test process, seconds each), side by side.
+RUFF ?= $(PYTHON) -m ruff
+check: install
+	@$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck test-quick
+
+lint: install
+	$(RUFF) check src tests conftest.py
+
+test-quick: install
+	$(PYTEST) -n 2 -q --device-pass=quick
+
 # The main run mostly waits on child processes, launchers and a browser; the emulated runs mostly
 # compute. So they run side by side (test-suite and test-emulated, each its output in one piece when
 # it ends), mypy beside them; `make test-suite` or `make test-emulated` runs one half.
@@ -110,14 +100,14 @@ test: install
 	@$(MAKE) --no-print-directory -j3 --output-sync=target test-emulated test-suite typecheck
 
 test-suite: emulator
-	WORKLOAD_CONFIGS=$(CPU_WORKLOADS) $(PYTEST) -n $(TEST_WORKERS) --validation-record=$(RECORDS)/cpu-hardware.toml --simulated-records=$(RECORDS)
+	$(PYTEST) -n $(TEST_WORKERS) --device-pass=cpu --validation-record=$(RECORDS)/cpu-hardware.toml --simulated-records=$(RECORDS)
 	@[ -x /usr/bin/chromium ] || $(PYTHON) -m pytest --nbmake notebooks/ --timeout 600
 
 test-emulated: emulator
-	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:acme -q $(ACME_DESELECT) --validation-record=$(RECORDS)/acme-emulated.toml
-	$(PYTEST) -p no:xdist -m one_device --device emulated:acme:1 -q $(ONE_DEVICE_TESTS)
-	WORKLOAD_CONFIGS=$(XPU_WORKLOADS) $(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:xpu -q -k "$(SEED_DEVICE_TESTS)" $(XPU_DESELECT) --validation-record=$(RECORDS)/xpu-emulated.toml
-	WORKLOAD_CONFIGS=$(HPU_WORKLOADS) $(PYTEST) -n $(DEVICE_TEST_WORKERS) -m device_generic --device emulated:hpu -q -k "$(SEED_DEVICE_TESTS)" --validation-record=$(RECORDS)/hpu-emulated.toml
+	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q --device-pass=acme --validation-record=$(RECORDS)/acme-emulated.toml
+	$(PYTEST) -p no:xdist -q --device-pass=acme-one-device
+	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q --device-pass=xpu --validation-record=$(RECORDS)/xpu-emulated.toml
+	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q --device-pass=hpu --validation-record=$(RECORDS)/hpu-emulated.toml
 
 # The committed records (docs/records), each written by its run: CPU (the device-generic tests and every
 # test credited with a feature), the emulated xpu and hpu as `make test` runs them, and npu, sdaa, mlu and
@@ -127,15 +117,14 @@ test-emulated: emulator
 # `simulated`: the records of the device types tests/test_simulated.py fakes (xpu, hpu, cuda, mps).
 # DEVICE_RECORDS picks some: `make records DEVICE_RECORDS="sdaa mlu"`.
 DEVICE_RECORDS ?= cpu xpu hpu npu sdaa mlu musa simulated
-RECORD_TESTS_cpu = -m "device_generic or feature" --device cpu
-RECORD_TESTS_xpu = -m device_generic --device emulated:xpu -k "$(SEED_DEVICE_TESTS) and not test_workloads"
-RECORD_TESTS_hpu = -m device_generic --device emulated:hpu -k "$(SEED_DEVICE_TESTS)"
+# Passes record-cpu, record-xpu and record-hpu of tests/device_passes.toml, record-seed for the others.
+RECORD_PASS = $(if $(filter cpu xpu hpu,$*),--device-pass=record-$*,--device-pass=record-seed --device emulated:$*)
 records: $(addprefix record-,$(DEVICE_RECORDS))
 record-simulated: install
 	-$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q tests/test_simulated.py --simulated-records=docs/records
 record-%: emulator
 	-$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q \
-		$(or $(RECORD_TESTS_$*),-m device_generic --device emulated:$* -k "$(SEED_DEVICE_TESTS) and not test_workloads") \
+		$(RECORD_PASS) \
 		--validation-record=docs/records/$*-$(if $(filter cpu,$*),hardware,emulated).toml
 
 # Parity alone (tests/test_parity.py: one 2-process launch per device name, a few minutes each, instead of
@@ -219,13 +208,10 @@ COMPAT_EMULATED ?= emulated:npu
 # The torch ends that also run the device-generic tests on the emulated accelerator (compiled for that
 # torch first, into _build/emulator/torch-<version>-...); `COMPAT_EMULATED_ENDS=` runs none.
 COMPAT_EMULATED_ENDS ?= torch-oldest torch-newest
-# On the torch ends, each DDP start method and the two-process checkpoint with one front end, and not
-# notebook 2, the workloads, verify or the validation kit: the Trainer and Fabric start processes and
-# save through the same Lightning and torch code; notebook 2, the workloads' models, verify and the kit
-# train with the strategies the other device-generic tests train with (they differ by Lightning's code,
-# transformers' or ours, not torch's; `make test` runs them all on the main environment's torch).
-COMPAT_DEVICE_TESTS ?= not (fabric and (spawn or ddp_fork or test_checkpoint_from_two_processes)) and not notebook \
-	and not test_workloads and not test_verify and not test_the_kit
+# On the torch ends, the device-generic tests of pass `compat` (tests/device_passes.toml): each DDP start
+# method and the two-process checkpoint with one front end, and not notebook 2, the workloads, verify or
+# the validation kit, which differ by Lightning's code, transformers' or ours, not torch's (`make test`
+# runs them all on the main environment's torch).
 COMPAT_OLDEST := $(COMPAT_DIR)/oldest
 COMPAT_PYTHON_oldest = $(COMPAT_OLDEST)/bin/python
 COMPAT_PYTHON_torch-oldest = $(COMPAT_DIR)/torch-oldest/bin/python
@@ -270,8 +256,8 @@ test-compat: $(addprefix compat-env-,$(COMPAT_ENDS))
 	               --validation-record=$(RECORDS)/$$end/cpu-hardware.toml; \
 	             case " $(COMPAT_EMULATED_ENDS) " in *" $$end "*) \
 	               MAX_JOBS=2 $$py -m lightning_anyaccel.emulator.build; \
-	               $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -n $(DEVICE_TEST_WORKERS) -m device_generic --device $(COMPAT_EMULATED) \
-	                 -k "$(COMPAT_DEVICE_TESTS)" tests --validation-record=$(RECORDS)/$$end/$(word 2,$(subst :, ,$(COMPAT_EMULATED)))-emulated.toml;; \
+	               $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -n $(DEVICE_TEST_WORKERS) --device-pass=compat --device $(COMPAT_EMULATED) \
+	                 tests --validation-record=$(RECORDS)/$$end/$(word 2,$(subst :, ,$(COMPAT_EMULATED)))-emulated.toml;; \
 	             esac;; \
 	    *) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS) --validation-record=$(RECORDS)/$$end/cpu-hardware.toml;; \
 	  esac; \

@@ -205,6 +205,16 @@ def group_of(nodeid: str) -> str:
     return path if path.endswith(".md") else nodeid
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A device pass with files (``--device-pass``, tests/device_passes.py) collects only those files."""
+    files = getattr(config.option, "device_pass_files", None)
+    if not files:
+        return None
+    if collection_path.is_dir():
+        return None if any(f.is_relative_to(collection_path) for f in files) else True
+    return None if collection_path in files else True
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest groups first (a stable sort: every worker collects the same order)."""
     def rank(item: pytest.Item) -> int:

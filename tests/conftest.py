@@ -8,7 +8,8 @@ through ``LIGHTNING_ANYACCEL_EMULATE`` and ``PYTHONPATH``, in every child proces
 ``device_generic`` take the device from the ``device`` fixture; ``pytest -m device_generic
 --device ...`` runs only them. A test marked ``needs_devices(n)`` is skipped, saying why, where the
 device under test has fewer than ``n`` devices (CPU always has enough: it runs several processes).
-``--validation-record PATH`` writes what ran where (docs/validate_hardware.md); ``--expected-skips PATH``
+``--device-pass NAME`` runs a pass of ``make`` (``tests/device_passes.toml``: which test runs on which device, and
+why). ``--validation-record PATH`` writes what ran where (docs/validate_hardware.md); ``--expected-skips PATH``
 fails the run on a skip PATH does not list (``tests/skip_check.py``, docs/contributing.md).
 """
 
@@ -86,6 +87,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          " (xpu, cuda, hpu, npu, ...) or emulated:NAME (the emulated accelerator as NAME:"
                          " PrivateUse1 renamed, or torch's own xpu/hpu for emulated:xpu, emulated:hpu;"
                          " NAME:1 one device)")
+    group.addoption("--device-pass", default=None, metavar="NAME",
+                    help="run pass NAME of tests/device_passes.toml: its device (unless --device is given), marker,"
+                         " files, workloads and what it leaves out, and why (make test runs its passes this way)")
     group.addoption("--validation-record", default=None, metavar="PATH",
                     help="write the run's validation record (TOML, lightning_anyaccel.tools.records) to PATH")
     group.addoption("--parity-record", default=None, metavar="PATH",
@@ -131,6 +135,10 @@ def pytest_configure(config: pytest.Config) -> None:
                                        " (tests/validation_record.py gives credit only through this marker)")
     config.addinivalue_line("markers", "simulates(device_type, feature, ...): checks the package's decisions for"
                                        " device_type with torch's device API faked (--simulated-records)")
+    if config.getoption("--device-pass"):
+        import device_passes
+
+        device_passes.apply(config, config.getoption("--device-pass"))
     _DEVICE = _setup_device(config.getoption("--device"))
     if config.getoption("--parity-record"):
         from validation_record import check_parity_record
@@ -160,7 +168,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_report_header(config: pytest.Config) -> str:
     assert _DEVICE is not None
     kind = "emulated accelerator" if _DEVICE.emulated else "real device"
-    return f"device under test: {_DEVICE.type} ({kind}, collective backend {_DEVICE.backend})"
+    header = f"device under test: {_DEVICE.type} ({kind}, collective backend {_DEVICE.backend})"
+    if config.getoption("--device-pass"):
+        header += (f"\ndevice pass: {config.getoption('--device-pass')} (tests/device_passes.toml),"
+                   f" WORKLOAD_CONFIGS={os.environ.get('WORKLOAD_CONFIGS')}")
+    return header
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any

@@ -7,7 +7,7 @@
 - the notebooks are committed without outputs, carry their nbmake/nbsphinx timeouts and contain
   no device-name branches (device knowledge comes from the device table);
 - the launch scripts are valid bash; the lab kernel registers this interpreter;
-- the Makefile's one-device pass collects every file with a ``one_device`` test.
+- the one-device pass (tests/device_passes.toml) collects every file with a ``one_device`` test.
 """
 
 from __future__ import annotations
@@ -198,9 +198,11 @@ def test_architecture_module_map_matches_the_package():
 
 
 def test_one_device_tests_are_in_the_one_device_pass():
-    """Every test file with a ``one_device`` test is one of the Makefile's ``ONE_DEVICE_TESTS`` (the pass
-    on the emulated accelerator loaded with one device collects only those files)."""
-    listed = set(re.search(r"^ONE_DEVICE_TESTS \?= (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).split())
+    """Every test file with a ``one_device`` test is a file of pass ``acme-one-device`` (tests/device_passes.toml: the
+    pass on the emulated accelerator loaded with one device collects only those files)."""
+    import device_passes
+
+    listed = set(device_passes.load()["acme-one-device"].files)
     marked = {path.relative_to(ROOT).as_posix() for path in (ROOT / "tests").glob("test_*.py")
               if re.search(r"^@pytest\.mark\.one_device$", path.read_text(), re.M)}
-    assert marked and marked <= listed, f"add {sorted(marked - listed)} to ONE_DEVICE_TESTS in the Makefile"
+    assert marked and marked <= listed, f"add {sorted(marked - listed)} to [pass.acme-one-device] files in tests/device_passes.toml"

@@ -9,7 +9,6 @@ built-in xpu and hpu (served on their own dispatch keys).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest

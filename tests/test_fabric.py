@@ -11,9 +11,7 @@ import textwrap
 import pytest
 
 import lightning_anyaccel  # noqa: F401
-
 from conftest import DDP_TIMEOUT
-
 
 NOTEBOOK = textwrap.dedent(
     """

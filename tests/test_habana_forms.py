@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -236,7 +235,7 @@ def test_deepspeed_tensor_parallel_predict(python_runner, tmp_path) -> None:
     script = str(ROOT / "tests" / "scripts" / "deepspeed_inference.py")
     env = {"ANYACCEL_DS_NO_SHM": "1", "TORCH_EXTENSIONS_DIR": str(ROOT / "build" / "torch_extensions")}
     proc = python_runner([script, "--runs", ",".join(PREDICT_RUNS), "--out", str(tmp_path)], timeout=300, env=env)
-    assert proc.returncode == 0, "\n".join(l for l in proc.stdout.splitlines() if "Warning" not in l)[-4000:]
+    assert proc.returncode == 0, "\n".join(line for line in proc.stdout.splitlines() if "Warning" not in line)[-4000:]
     for run in PREDICT_RUNS:
         dtype = run.rsplit(":", 1)[1]
         ranks = [json.loads(p.read_text()) for p in sorted((tmp_path / run.replace(":", "-")).glob("rank*.json"))]
@@ -257,6 +256,6 @@ def test_deepspeed_refuses_a_fit_without_optimizer(python_runner) -> None:
     ``IndexError``."""
     script = str(ROOT / "tests" / "scripts" / "deepspeed_no_optimizer.py")
     proc = python_runner([script], timeout=300, env={"ANYACCEL_DS_NO_SHM": "1"})
-    assert proc.returncode == 0, "\n".join(l for l in proc.stdout.splitlines() if "Warning" not in l)[-4000:]
+    assert proc.returncode == 0, "\n".join(line for line in proc.stdout.splitlines() if "Warning" not in line)[-4000:]
     assert "refused: You have specified an invalid optimizer to be run with deepspeed" in proc.stdout
     assert "configure_optimizers" in proc.stdout.split("refused: ", 1)[1]  # names where to fix it

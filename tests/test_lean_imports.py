@@ -9,9 +9,8 @@ import os
 
 import pytest
 
-from conftest import AUTOLOAD, LEAN_IMPORTS, run_python
-
 import lean_imports
+from conftest import AUTOLOAD, LEAN_IMPORTS, run_python
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -150,7 +150,7 @@ def test_every_registered_strategy_is_checked_or_named():
     each judged by a test above, or why its computation is a checked one; the aliases' claims hold."""
     import lightning_anyaccel
     from lightning_anyaccel.strategies.families import FAMILIES
-    from lightning_anyaccel.strategies.multi_process import START_METHODS as METHODS
+    from lightning_anyaccel.strategies.families import START_METHODS as METHODS
     from lightning_anyaccel.tools.parity_run import COVERAGE
 
     registered = {name for family in FAMILIES for name in family.names}

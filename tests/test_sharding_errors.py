@@ -20,7 +20,6 @@ from lightning.fabric.strategies import model_parallel as lightning_model_parall
 import lightning_anyaccel  # noqa: F401  (registers names)
 from front_ends import EVERY_FRONT_END, FRONT_ENDS, FrontEndCase
 from lightning_anyaccel import (
-    AnyAccelerator,
     AnyDeepSpeedStrategy,
     AnyFSDPPrecision,
     DeepSpeedNotInstalledError,

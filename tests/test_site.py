@@ -656,7 +656,7 @@ def test_shell_blocks_on_users_pages_run_as_written(site):
 
 #: words broken inside themselves (a run of letters laid out on two lines), tables wider than their
 #: box without a scroll container, and sideways scrolling of the page
-LAYOUT_JS = """() => {
+LAYOUT_JS = r"""() => {
     const problems = [];
     const width = document.documentElement.clientWidth;
     if (document.documentElement.scrollWidth > width + 1)

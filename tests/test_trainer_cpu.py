@@ -137,7 +137,6 @@ def test_16_mixed_uses_device_scaler(front_end: FrontEndCase, device_type):
 def test_device_report_names_the_device_used(device_type, caplog, lightning_info_logs):
     """Lightning's report says "GPU available but not used" while the package trains on that GPU, and
     says nothing of other devices; with the package's accelerator the report names the device in use."""
-    import logging
     import warnings
 
     from lightning_anyaccel.device import runtime

@@ -19,9 +19,8 @@ import torch
 import lightning_anyaccel  # noqa: F401  (registers the names)
 from fakes import install_fake_device
 from front_ends import EVERY_FRONT_END, EVERY_TRAINER, FABRIC, TRAINER, FrontEndCase
-from lightning_anyaccel.policy import FrontEndMismatchError, StrategyNotSupportedError
 from lightning_anyaccel import ShardingNotSupportedError
-
+from lightning_anyaccel.policy import FrontEndMismatchError, StrategyNotSupportedError
 
 # ----- the accelerator alone ------------------------------------------------------------------------
 

@@ -27,15 +27,7 @@ from collections.abc import Mapping
 
 from _lightning_anyaccel_import_hook import ACTIVATE_ENV, ACTIVATE_VALUES, activation_requested
 from lightning_anyaccel import _lightning
-
-#: Lightning's strategy classes a program may build itself (in ``lightning.pytorch.strategies`` and
-#: ``lightning.fabric.strategies``) -> the package's registered strategy that takes the same arguments.
-PROGRAM_STRATEGIES: dict[str, str] = {
-    "DDPStrategy": "any_ddp",
-    "FSDPStrategy": "any_fsdp",
-    "ModelParallelStrategy": "any_model_parallel",
-    "DeepSpeedStrategy": "any_deepspeed",
-}
+from lightning_anyaccel.strategies.families import PROGRAM_STRATEGIES
 
 
 def is_active(environ: Mapping[str, str] = os.environ) -> bool:

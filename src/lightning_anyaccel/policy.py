@@ -44,41 +44,10 @@ from typing import Any
 from lightning_anyaccel import _lightning, activation, auto
 from lightning_anyaccel.device.devices import get_spec, is_host
 from lightning_anyaccel.device.precision import align_precision_plugin
+from lightning_anyaccel.strategies.families import CLASS_EQUIVALENTS, EQUIVALENTS
 from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
-
-#: Lightning strategy name -> the package's strategy with the same meaning.
-EQUIVALENTS: dict[str, str] = {
-    "single_device": "any_single",
-    "ddp": "any_ddp",
-    "ddp_spawn": "any_ddp_spawn",
-    "ddp_fork": "any_ddp_fork",
-    "ddp_notebook": "any_ddp_notebook",
-    **{
-        f"{name}_find_unused_parameters_{flag}": f"any_{name}" + ("_find_unused_parameters_true" if flag == "true" else "")
-        for name in ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook")
-        for flag in ("true", "false")
-    },
-    "fsdp": "any_fsdp",
-    "fsdp_cpu_offload": "any_fsdp_cpu_offload",
-    "deepspeed": "any_deepspeed",
-    "deepspeed_stage_1": "any_deepspeed_stage_1",
-    "deepspeed_stage_2": "any_deepspeed_stage_2",
-    "deepspeed_stage_2_offload": "any_deepspeed_stage_2_offload",
-    "deepspeed_stage_3": "any_deepspeed_stage_3",
-    "deepspeed_stage_3_offload": "any_deepspeed_stage_3_offload",
-}
-
-#: Lightning strategy class -> the package's strategy to name in a refusal.
-CLASS_EQUIVALENTS: dict[str, str] = {
-    "SingleDeviceStrategy": "any_single",
-    "DDPStrategy": "any_ddp",
-    "FSDPStrategy": "any_fsdp",
-    "ModelParallelStrategy": "any_model_parallel",
-    "DeepSpeedStrategy": "any_deepspeed",
-}
-
 
 class StrategyNotSupportedError(LinkedError, ValueError):
     """A Lightning strategy that can not train on the accelerator's device type."""

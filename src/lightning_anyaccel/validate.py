@@ -36,8 +36,17 @@ from types import FrameType
 from typing import Any
 
 from lightning_anyaccel.tools import records
-from lightning_anyaccel.tools.validation_checks import (BY_NAME, CHECKS, KitCheck, judge, judge_parity, parity_processes,
-                                                        process_count, skip_reason, worker)
+from lightning_anyaccel.tools.validation_checks import (
+    BY_NAME,
+    CHECKS,
+    KitCheck,
+    judge,
+    judge_parity,
+    parity_processes,
+    process_count,
+    skip_reason,
+    worker,
+)
 
 #: The emulated accelerator of the repository's tests announces itself in this variable: a record of a
 #: run on it is at level "emulated", never "hardware" (lightning_anyaccel.emulator, docs/emulator.md).

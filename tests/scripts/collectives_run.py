@@ -20,10 +20,10 @@ import warnings
 import torch
 import torch.distributed as dist
 from lightning import Fabric, LightningModule, Trainer
+from script_common import refusal
 from torch import nn
 
 import lightning_anyaccel  # noqa: F401
-from script_common import refusal
 
 warnings.filterwarnings("ignore")
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)

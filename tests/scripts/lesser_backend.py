@@ -23,7 +23,6 @@ from torch import nn
 
 import lightning_anyaccel  # noqa: F401  (the only package line: no register_device, no DeviceSpec)
 from lightning_anyaccel import verify
-from lightning_anyaccel.checkpoints.optimizer_params import StaleParametersError
 
 warnings.filterwarnings("ignore")
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)

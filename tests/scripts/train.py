@@ -65,7 +65,7 @@ def build_trainer(args: argparse.Namespace) -> L.Trainer:
     elif args.unnumbered and args.device_type != "cpu":  # lightning-habana's form: numbered by local rank
         # (CPU devices have no index, and Lightning refuses CPU parallel_devices with any accelerator but its own)
         from lightning_anyaccel import AnyDDPStrategy
-        from lightning_anyaccel.strategies.multi_process import START_METHODS
+        from lightning_anyaccel.strategies.families import START_METHODS
 
         strategy = AnyDDPStrategy(start_method=START_METHODS[strategy],
                                   parallel_devices=[torch.device(args.device_type)] * args.devices)

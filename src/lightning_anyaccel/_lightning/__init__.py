@@ -41,27 +41,7 @@ Example:
 
 from __future__ import annotations
 
-from lightning_anyaccel._lightning.porting import (
-    DISTRIBUTIONS,
-    Distribution,
-    LIGHTNING,
-    PYTORCH_LIGHTNING,
-    distribution_of,
-    distribution_of_module,
-    port,
-    ported_class,
-)
-from lightning_anyaccel._lightning.names import (
-    FABRIC_MULTIPROCESSING_LAUNCHER,
-    PRIVATE_ATTRIBUTES,
-    PRIVATE_NAMES,
-    PrivateAttribute,
-    PrivateName,
-    TRAINER_MULTIPROCESSING_LAUNCHER,
-    private,
-)
 from lightning_anyaccel._lightning.accessors import (
-    FULL_STATE_DICT_MODULES,
     FabricMultiProcessingLauncher,
     TrainerMultiProcessingLauncher,
     backend_creators,
@@ -110,16 +90,35 @@ from lightning_anyaccel._lightning.accessors import (
     validate_device_index_selection,
 )
 from lightning_anyaccel._lightning.connector_patches import (
-    ConnectorPolicy,
-    ConnectorView,
     FABRIC_CONNECTOR,
     TRAINER_CONNECTOR,
+    ConnectorPolicy,
+    ConnectorView,
     constructor_arguments,
     install_connector_hooks,
     install_device_info_hook,
     record_constructor_arguments,
 )
 from lightning_anyaccel._lightning.memory_patches import install_out_of_memory_hook
+from lightning_anyaccel._lightning.names import (
+    FABRIC_MULTIPROCESSING_LAUNCHER,
+    PRIVATE_ATTRIBUTES,
+    PRIVATE_NAMES,
+    TRAINER_MULTIPROCESSING_LAUNCHER,
+    PrivateAttribute,
+    PrivateName,
+    private,
+)
+from lightning_anyaccel._lightning.porting import (
+    DISTRIBUTIONS,
+    LIGHTNING,
+    PYTORCH_LIGHTNING,
+    Distribution,
+    distribution_of,
+    distribution_of_module,
+    port,
+    ported_class,
+)
 
 __all__ = [
     "FABRIC_MULTIPROCESSING_LAUNCHER",

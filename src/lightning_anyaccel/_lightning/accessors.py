@@ -23,8 +23,8 @@ from lightning.pytorch.strategies.launchers.multiprocessing import (
 if TYPE_CHECKING:
     from torch.nn.modules.batchnorm import _BatchNorm
 
-from lightning_anyaccel._lightning.porting import Distribution
 from lightning_anyaccel._lightning.names import private
+from lightning_anyaccel._lightning.porting import Distribution
 
 # ----- every access to a private name, one small function each ------------------------------------
 # The rest of the package calls these; none of it touches a private name of Lightning, torch,

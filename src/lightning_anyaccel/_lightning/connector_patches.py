@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_anyaccel._lightning.porting import Distribution
 from lightning_anyaccel._lightning.names import _FABRIC_CONNECTOR, _TRAINER_CONNECTOR
+from lightning_anyaccel._lightning.porting import Distribution
 
 # ----- the accelerator connectors -----------------------------------------------------------------
 

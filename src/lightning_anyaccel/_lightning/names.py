@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_anyaccel._lightning.porting import Distribution, LIGHTNING
+from lightning_anyaccel._lightning.porting import LIGHTNING, Distribution
 
 # ----- private names ------------------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from types import FunctionType
 from typing import Any, TypeVar, cast
 
-
 T = TypeVar("T")
 
 

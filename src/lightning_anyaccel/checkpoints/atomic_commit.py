@@ -24,10 +24,9 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Union
 
 #: What Lightning's checkpoint IO accepts as a path (its own `_PATH`).
-CheckpointPath = Union[str, Path]
+CheckpointPath = str | Path
 
 #: Suffix of the temporary file a checkpoint is written to before it replaces the target.
 TMP_SUFFIX = ".anyaccel-tmp"

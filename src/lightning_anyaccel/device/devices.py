@@ -29,7 +29,6 @@ from typing import Any
 import torch
 
 from lightning_anyaccel import _lightning
-
 from lightning_anyaccel.device.spec import DeviceSpec
 from lightning_anyaccel.device.table import DEVICE_TABLE
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from lightning_anyaccel import _compat, _lightning
-from lightning_anyaccel.device.devices import DEVICE_TABLE, get_spec, is_host, known_device_types
+from lightning_anyaccel.device.devices import DEVICE_TABLE, get_spec, is_host
 from lightning_anyaccel.troubleshooting import LinkedError
 
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from lightning.fabric.utilities.seed import seed_everything as _lightning_seed_everything
 
-from lightning_anyaccel.accelerator import AnyAccelerator
-from lightning_anyaccel.checkpoints.checkpoint import portable_map_location
+from lightning_anyaccel.accelerator import AnyAccelerator  # noqa: F401  (public: __all__ below)
+from lightning_anyaccel.checkpoints.checkpoint import portable_map_location  # noqa: F401  (public: __all__ below)
 from lightning_anyaccel.device import runtime
-from lightning_anyaccel.device.sharded_precision import AnyFabricFSDPPrecision
+from lightning_anyaccel.device.sharded_precision import AnyFabricFSDPPrecision  # noqa: F401  (public: __all__ below)
 from lightning_anyaccel.fabric import strategies as _strategies
 
 globals().update({name: getattr(_strategies, name) for name in _strategies.__all__})

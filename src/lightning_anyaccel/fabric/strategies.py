@@ -19,8 +19,10 @@ Example:
 from __future__ import annotations
 
 from lightning_anyaccel.strategies.families import fabric_strategies
-from lightning_anyaccel.strategies.model_parallel import fully_shard_data_parallel
-from lightning_anyaccel.strategies.process_launchers import FabricMultiProcessingLauncher as AnyMultiProcessingLauncher
+from lightning_anyaccel.strategies.model_parallel import fully_shard_data_parallel  # noqa: F401  (public: __all__)
+from lightning_anyaccel.strategies.process_launchers import (  # noqa: F401  (public: __all__)
+    FabricMultiProcessingLauncher as AnyMultiProcessingLauncher,
+)
 
 globals().update(fabric_strategies())  # one per row of strategies.families.FAMILIES
 

@@ -8,7 +8,10 @@ published here from that table (``AnyDDPStrategy``, ...), the Fabric classes by
 the front-end adapter and the contract, never the public faces above it.
 """
 
-from lightning_anyaccel.strategies.errors import DeepSpeedNotInstalledError, ShardingNotSupportedError
+from lightning_anyaccel.strategies.errors import (  # noqa: F401  (public: __all__ below)
+    DeepSpeedNotInstalledError,
+    ShardingNotSupportedError,
+)
 from lightning_anyaccel.strategies.families import trainer_strategies
 
 globals().update(trainer_strategies())

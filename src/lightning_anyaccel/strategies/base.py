@@ -44,10 +44,20 @@ FABRIC_PUBLIC_MODULE = "lightning_anyaccel.fabric.strategies"
 
 
 class Registered(NamedTuple):
-    """A name a strategy family registers with each front end: its description and the arguments it stands for."""
+    """A name a strategy family registers with each front end: its description, the arguments it stands for and
+    Lightning's registered names it replaces (``strategy="ddp"`` trains as ``"any_ddp"``).
+
+    ``lightning``: those names; ``None`` (default) for the one Lightning name that is the registered name without
+    ``any_`` (``any_fsdp`` replaces ``fsdp``), ``()`` for none.
+    """
 
     description: str
     arguments: dict[str, Any]
+    lightning: tuple[str, ...] | None = None
+
+    def replaces(self, name: str) -> tuple[str, ...]:
+        """Lightning's names that registered name ``name`` (this entry's) replaces."""
+        return self.lightning if self.lightning is not None else (name.removeprefix("any_"),)
 
 
 def fabric_class(name: str) -> Callable[[T], T]:
@@ -100,7 +110,7 @@ class AnyStrategyMixin(_Base):
 
     def lightning_setup_environment(self) -> None:
         """Lightning's own ``setup_environment`` (run by the step :func:`~.steps.lightning_setup`)."""
-        super(AnyStrategyMixin, self).setup_environment()
+        super().setup_environment()
 
     @override
     def setup(self, trainer: Any) -> None:

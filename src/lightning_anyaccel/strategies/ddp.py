@@ -41,7 +41,7 @@ from typing_extensions import override
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.front_ends import FabricSide
 from lightning_anyaccel.strategies.base import FabricProgressMixin, Registered, fabric_class
-from lightning_anyaccel.strategies.multi_process import START_METHODS, AnyDistributedMixin
+from lightning_anyaccel.strategies.multi_process import AnyDistributedMixin
 from lightning_anyaccel.strategies.parameter_moves import FabricParameterMovesMixin, TrainerParameterMovesMixin
 from lightning_anyaccel.strategies.steps import (
     AFTER_JOIN,
@@ -61,17 +61,21 @@ SETUP: Setup = (
 )
 
 
-#: The names the family registers with each front end: each of :data:`START_METHODS` with its start
-#: method, also with ``_find_unused_parameters_true``.
+#: The names the family registers with each front end, by start method, each also with
+#: ``_find_unused_parameters_true`` (the start method a name stands for:
+#: :data:`~lightning_anyaccel.strategies.families.START_METHODS`).
 NAMES: dict[str, Registered] = {
     registered: Registered(
         f"DDP on the accelerator's device type, start method {start_method!r}{suffix}",
         {"start_method": start_method, **arguments},
+        lightning,
     )
-    for name, start_method in START_METHODS.items()
-    for registered, suffix, arguments in (
-        (name, "", {}),
-        (f"{name}_find_unused_parameters_true", ", find_unused_parameters=True", {"find_unused_parameters": True}),
+    for name, start_method in (("any_ddp", "popen"), ("any_ddp_spawn", "spawn"), ("any_ddp_fork", "fork"),
+                               ("any_ddp_notebook", "fork"))
+    for registered, suffix, arguments, lightning in (
+        # Lightning's `ddp_find_unused_parameters_false` is its `ddp`
+        (name, "", {}, (name[4:], f"{name[4:]}_find_unused_parameters_false")),
+        (f"{name}_find_unused_parameters_true", ", find_unused_parameters=True", {"find_unused_parameters": True}, None),
     )
 }
 

@@ -17,6 +17,14 @@ Example:
     ('AnyDDPStrategy', 'lightning_anyaccel.fabric.strategies', 'AnyDDPStrategy')
     >>> "any_ddp_notebook" in ddp.names
     True
+
+Every other table of strategy names derives from it: :data:`EQUIVALENTS` (Lightning's registered names
+the package's replace, :mod:`lightning_anyaccel.policy`), :data:`CLASS_EQUIVALENTS` (Lightning's class ->
+the family's name, for refusals), :data:`PROGRAM_STRATEGIES` (the classes rebuilt under
+``LIGHTNING_ANYACCEL_ACTIVATE=1``, :mod:`lightning_anyaccel.activation`) and :data:`START_METHODS`.
+
+    >>> EQUIVALENTS["ddp_find_unused_parameters_false"], CLASS_EQUIVALENTS["FSDPStrategy"], START_METHODS["any_ddp"]
+    ('any_ddp', 'any_fsdp', 'popen')
 """
 
 from __future__ import annotations
@@ -37,29 +45,62 @@ class Family:
         name: the family's module in :mod:`lightning_anyaccel.strategies`.
         trainer: its Trainer class.
         fabric: its Fabric class (its ``__name__`` is its public name in :mod:`lightning_anyaccel.fabric`).
-        names: the names it registers with each front end, each with its description and arguments.
+        names: the names it registers with each front end, each with its description, arguments and the
+            Lightning names it replaces; the first is the family's own (named in refusals).
+        program_rebuild: whether an instance of exactly the family's Lightning class that a program builds itself
+            is rebuilt as the family's strategy under ``LIGHTNING_ANYACCEL_ACTIVATE=1``.
     """
 
     name: str
     trainer: type
     fabric: type
     names: Mapping[str, Registered]
+    program_rebuild: bool = True
+
+    @property
+    def own_name(self) -> str:
+        """The family's first registered name (``any_ddp``)."""
+        return next(iter(self.names))
+
+    @property
+    def lightning_class(self) -> str:
+        """The name of Lightning's strategy class the family's Trainer class extends (``DDPStrategy``)."""
+        return next(cls.__name__ for cls in self.trainer.__mro__ if cls.__module__.startswith("lightning.pytorch."))
 
     def register(self, cls: type, strategy_registry: Any) -> None:
         """Register :attr:`names` for ``cls`` (the family's class for one front end) in that front end's registry."""
-        for name, (description, arguments) in self.names.items():
-            strategy_registry.register(name, cls, description=description, override=True, **arguments)
+        for name, entry in self.names.items():
+            strategy_registry.register(name, cls, description=entry.description, override=True, **entry.arguments)
 
 
 #: Every strategy family, in registration order.
 FAMILIES: tuple[Family, ...] = (
-    Family("single", single.AnySingleDeviceStrategy, single.FabricSingleDeviceStrategy, single.NAMES),
+    # a program's own SingleDeviceStrategy names its device: refused where that is not the accelerator's, never rebuilt
+    Family("single", single.AnySingleDeviceStrategy, single.FabricSingleDeviceStrategy, single.NAMES,
+           program_rebuild=False),
     Family("ddp", ddp.AnyDDPStrategy, ddp.FabricDDPStrategy, ddp.NAMES),
     Family("fsdp", fsdp.AnyFSDPStrategy, fsdp.FabricFSDPStrategy, fsdp.NAMES),
     Family("model_parallel", model_parallel.AnyModelParallelStrategy, model_parallel.FabricModelParallelStrategy,
            model_parallel.NAMES),
     Family("deepspeed", deepspeed.AnyDeepSpeedStrategy, deepspeed.FabricDeepSpeedStrategy, deepspeed.NAMES),
 )
+
+
+#: Lightning's registered strategy name -> the package's that replaces it (``"ddp"`` -> ``"any_ddp"``).
+EQUIVALENTS: dict[str, str] = {
+    lightning: name for family in FAMILIES for name, entry in family.names.items() for lightning in entry.replaces(name)
+}
+#: Lightning's strategy class -> the family's own name (what a refusal suggests instead).
+CLASS_EQUIVALENTS: dict[str, str] = {family.lightning_class: family.own_name for family in FAMILIES}
+#: Lightning's strategy classes a program may build itself that are rebuilt as the package's (same arguments).
+PROGRAM_STRATEGIES: dict[str, str] = {
+    family.lightning_class: family.own_name for family in FAMILIES if family.program_rebuild
+}
+#: Each registered name that stands for a start method alone -> that start method (``"any_ddp_spawn"`` -> ``"spawn"``).
+START_METHODS: dict[str, str] = {
+    name: entry.arguments["start_method"]
+    for family in FAMILIES for name, entry in family.names.items() if set(entry.arguments) == {"start_method"}
+}
 
 
 def trainer_strategies() -> dict[str, type]:
@@ -72,4 +113,5 @@ def fabric_strategies() -> dict[str, type]:
     return {family.fabric.__name__: family.fabric for family in FAMILIES}
 
 
-__all__ = ["FAMILIES", "Family", "fabric_strategies", "trainer_strategies"]
+__all__ = ["CLASS_EQUIVALENTS", "EQUIVALENTS", "FAMILIES", "PROGRAM_STRATEGIES", "START_METHODS", "Family",
+           "fabric_strategies", "trainer_strategies"]

@@ -35,8 +35,8 @@ from torch.nn import Module
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
 from lightning_anyaccel.front_ends import FabricSide
+from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAtomicSaveMixin
 from lightning_anyaccel.strategies.base import FabricProgressMixin, Registered, fabric_class
 from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
 from lightning_anyaccel.strategies.sharded import AnyShardedMixin
@@ -52,7 +52,6 @@ from lightning_anyaccel.strategies.steps import (
     lightning_setup_within_deadline,
     with_launch_check,
 )
-
 
 # ----- the family's own steps ---------------------------------------------------------------------
 
@@ -100,8 +99,9 @@ FABRIC_SETUP: Setup = with_launch_check(SETUP, check_parallelize_fn)
 
 #: The names the family registers with each front end: Lightning's defaults, and pure FSDP2 (``tensor_parallel_size=1``).
 NAMES: dict[str, Registered] = {
-    "any_model_parallel": Registered("FSDP2 + tensor parallel on the accelerator's device type", {}),
-    "any_fsdp2": Registered("FSDP2 (fully_shard) on the accelerator's device type", {"tensor_parallel_size": 1}),
+    # Lightning registers no name for its ModelParallelStrategy
+    "any_model_parallel": Registered("FSDP2 + tensor parallel on the accelerator's device type", {}, ()),
+    "any_fsdp2": Registered("FSDP2 (fully_shard) on the accelerator's device type", {"tensor_parallel_size": 1}, ()),
 }
 
 

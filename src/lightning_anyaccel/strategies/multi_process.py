@@ -7,9 +7,6 @@ one otherwise; :class:`~lightning_anyaccel.cluster.environments.AnyMPIEnvironmen
 wrapping on the current stream, a barrier on every backend and the report of a failed collective.
 Its setup steps are in :mod:`~lightning_anyaccel.strategies.steps`; each family lists them in its ``SETUP``.
 
-Example:
-    >>> START_METHODS["any_ddp_notebook"]
-    'fork'
 """
 
 from __future__ import annotations
@@ -48,15 +45,6 @@ log = logging.getLogger(__name__)
 
 #: Set by a launching process for the workers it starts, so they can exit when it dies.
 LAUNCHER_PID_ENV = supervision.LAUNCHER_PID_ENV
-
-#: Registered DDP name -> start method (the same names for the Trainer and for Fabric).
-START_METHODS: dict[str, str] = {
-    "any_ddp": "popen",
-    "any_ddp_spawn": "spawn",
-    "any_ddp_fork": "fork",
-    "any_ddp_notebook": "fork",
-}
-
 
 class AnyDistributedMixin(AnyStrategyMixin, _Base):
     """Several processes: launcher, MPI adoption, backend, DDP wrapping, barrier, failure report.
@@ -268,4 +256,4 @@ def _is_distributed_failure(exception: BaseException) -> bool:
     )
 
 
-__all__ = ["LAUNCHER_PID_ENV", "START_METHODS", "AnyDistributedMixin"]
+__all__ = ["LAUNCHER_PID_ENV", "AnyDistributedMixin"]

@@ -57,7 +57,7 @@ else:
     _Base = object
 
 #: The names the family registers with each front end.
-NAMES: dict[str, Registered] = {"any_single": Registered("One device of the accelerator's type", {})}
+NAMES: dict[str, Registered] = {"any_single": Registered("One device of the accelerator's type", {}, ("single_device",))}
 
 #: What a single-device strategy does at setup, in order (launching process: the ``before_launch`` steps).
 SETUP: Setup = (

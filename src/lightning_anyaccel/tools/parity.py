@@ -19,9 +19,9 @@ row-wise, across the group, whose ranks take the same rows: the data-parallel ra
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 import torch

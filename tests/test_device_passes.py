@@ -1,0 +1,60 @@
+"""tests/device_passes.toml, the passes ``make`` runs: every name in it resolves (fast, no collection).
+
+``pytest --deselect`` and ``-k`` ignore what matches nothing, so a renamed test or file would silently join a
+pass it was left out of: each node id, file and rule of the table must exist.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import device_passes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _missing(node_id: str) -> str | None:
+    """Why ``node_id`` (``path::function[params]``) names no test, or ``None``."""
+    path, _, rest = node_id.partition("::")
+    function = re.split(r"[\[:]", rest, maxsplit=1)[0]
+    if not (ROOT / path).is_file():
+        return f"{path} does not exist"
+    if not re.search(rf"^(?:async )?def {re.escape(function)}\(", (ROOT / path).read_text(), re.M):
+        return f"{path} defines no {function}"
+    return None
+
+
+def test_every_node_id_and_file_of_the_table_exists() -> None:
+    passes = device_passes.load()
+    problems = {test: why for p in passes.values() for test in p.deselected if (why := _missing(test))}
+    problems |= {f: "no such file" for p in passes.values() for f in p.files if not (ROOT / f).is_file()}
+    assert problems == {}
+
+
+def test_every_pass_says_why_and_every_rule_is_used() -> None:
+    passes = device_passes.load()
+    assert all(p.why for p in passes.values())
+    used = {rule.name for p in passes.values() for rule in p.leave_out}
+    defined = set(device_passes.tomllib.loads(device_passes.TABLE.read_text())["leave_out"])
+    assert defined - used == set(), "rules no pass uses"
+
+
+def test_a_wrong_table_is_refused(tmp_path: Path) -> None:
+    table = tmp_path / "passes.toml"
+    table.write_text('[pass.x]\nwhy = "x"\nleave_out = ["nothing"]\n')
+    with pytest.raises(pytest.UsageError, match="leaves out by .'nothing'., which .leave_out. does not define"):
+        device_passes.load(table)
+    table.write_text('[pass.x]\nwhy = "x"\n[leave_out.y]\nwhy = "y"\n')
+    with pytest.raises(pytest.UsageError, match="needs `why` and either `keyword` or `tests`"):
+        device_passes.load(table)
+    assert _missing("tests/test_layers.py::test_no_such_test[x]") == "tests/test_layers.py defines no test_no_such_test"
+
+
+def test_the_seed_devices_leave_out_the_launcher_tests_by_keyword() -> None:
+    """The -k expression a pass runs is its keyword rules, each negated (pytest's own -k then selects)."""
+    xpu = device_passes.load()["xpu"]
+    assert xpu.keyword is not None and xpu.keyword.startswith("not (spawn or ddp_fork) and not (notebook)")
+    assert xpu.deselected == ["tests/test_trainer_cpu.py::test_checkpoint_from_two_processes_resumes_on_one[trainer]"]
