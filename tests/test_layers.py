@@ -110,3 +110,13 @@ def test_the_graph_sees_the_modules_beside_the_package() -> None:
 def test_the_graph_sees_lazy_imports() -> None:
     """An import inside a function is an edge too (verify imports the checks' helpers when it runs)."""
     assert "lightning_anyaccel.device.distributed" in import_graph()["lightning_anyaccel.verify"]
+
+
+#: The most lines a module of src/ may have, blank lines not counted (docs/architecture.md, "The layers").
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_over_the_bound() -> None:
+    """Every module of src/ stays within :data:`MAX_MODULE_LINES` lines with text (code, docstrings, comments)."""
+    lengths = {name: sum(1 for line in path.read_text().splitlines() if line.strip()) for name, path in MODULES.items()}
+    assert {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES} == {}
