@@ -91,7 +91,7 @@ lint: install
 	$(RUFF) check src tests conftest.py
 
 test-quick: install
-	$(PYTEST) -n 2 -q --device-pass=quick
+	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q --device-pass=quick
 
 # The main run mostly waits on child processes, launchers and a browser; the emulated runs mostly
 # compute. So they run side by side (test-suite and test-emulated, each its output in one piece when
