@@ -379,7 +379,8 @@ def test_device_pages_say_what_ran_and_how_to_use_several_nodes():
             assert re.search(r"several nodes|num_nodes", text, re.I), f"{device_type}: no several-nodes recipe"
         for code in re.findall(r"```bash\n(.*?)```|`([^`\n]*\$[^`\n]*)`", text, re.S):
             snippet = code[0] or code[1]
-            used = set(re.findall(r"\$\{?(\w+)", snippet)) - provided
+            arithmetic = " ".join(re.findall(r"\$\(\((.*?)\)\)", snippet))  # $((NNODES * 12))
+            used = (set(re.findall(r"\$\{?(\w+)", snippet)) | set(re.findall(r"\b([A-Za-z_]\w*)", arithmetic))) - provided
             undefined = {name for name in used if not re.search(rf"\b{name}=", snippet)}
             assert not undefined, f"{device_type}: {sorted(undefined)} used but not defined in {snippet!r}"
     hpu = anyaccel_docs.render_device_pages(ROOT)["hpu"]
