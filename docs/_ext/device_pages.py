@@ -115,7 +115,7 @@ def support_sentence(family: str, spec: Any, entry: dict[str, Any]) -> str:
 
 
 #: what the pages' sentences about support may ask (docs/_ext/anyaccel_docs.py substitutes them)
-SUPPORT_TOKEN = re.compile(r"\{\{(support|proven):(\w+):(\w+)\}\}|\{\{deepspeed_device_types\}\}")
+SUPPORT_TOKEN = re.compile(r"\{\{(support|proven):([a-z_0-9]+):([a-z0-9]+)\}\}|\{\{deepspeed_device_types\}\}")
 
 
 def substitute_support(text: str, validation: dict[str, Any]) -> str:
