@@ -225,6 +225,46 @@ def test_aurora_job_sets_up_the_cluster_environment(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "python3 -m venv --system-site-packages" in refused.stderr, refused.stderr
 
 
+#: each launch script's documented use (its header), run per "node" with examples/train.py: the variables the
+#: header sets for every node, the command, and what differs per node
+DOCUMENTED_USES = {
+    "env_vars.sh": ({"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"},
+                    "scripts/launch/env_vars.sh python train.py --devices 2 --num-nodes 2",
+                    [{"NODE_RANK": "0"}, {"NODE_RANK": "1"}]),
+    "torchrun.sh": ({"RDZV_HOST": "10.0.0.1", "RDZV_PORT": "29400", "NNODES": "2", "NPROC_PER_NODE": "2"},
+                    "scripts/launch/torchrun.sh train.py --devices 2 --num-nodes 2", [{}, {}]),
+    "mpiexec.sh": ({"MASTER_ADDR": "10.0.0.1", "NNODES": "2", "PPN": "2"},
+                   "scripts/launch/mpiexec.sh python train.py --devices 2 --num-nodes 2", [{}]),
+}
+
+
+@pytest.mark.parametrize("script", sorted(DOCUMENTED_USES))
+def test_documented_launch_trains_the_example(tmp_path: Path, script: str) -> None:
+    """Each launch script's own usage line, as its header shows it, trains examples/train.py on 2 local "nodes"
+    (10.0.0.1, the header's stand-in for node 0's address, becomes 127.0.0.1; its ports become free ones)."""
+    if script == "mpiexec.sh" and not MPICH.exists():
+        pytest.skip("MPICH's mpiexec not installed (pip install mpich; CI does)")
+    shared, command, nodes = DOCUMENTED_USES[script]
+    header = " ".join((LAUNCH / script).read_text().split("set -euo")[0].replace("#", " ").replace("\\", " ").split())
+    for name, value in shared.items():
+        assert f"{name}={value}" in header, f"{script}: its header no longer sets {name}={value}"
+    assert command in header, f"{script}: its header no longer shows {command!r}"
+    project = _aurora_project(tmp_path)
+    (project / "scripts" / "launch" / script).write_text((LAUNCH / script).read_text())
+    env = {**{k: v for k, v in shared.items()}, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+    env.update({k: "127.0.0.1" for k, v in shared.items() if v == "10.0.0.1"})
+    env.update({k: str(free_port()) for k in shared if k.endswith("_PORT")})
+    if script == "mpiexec.sh":
+        env["MPIEXEC_EXTRA_ARGS"] = "-launcher fork -hosts localhost:2,127.0.0.1:2"
+    argv = ["bash", *command.split()]
+    with Job(env=env) as job:
+        for node, own in enumerate(nodes):
+            job.spawn(argv, tmp_path / f"node{node}.log", env=own, cwd=project)
+        results = job.wait(timeout=240)
+    assert all(r.returncode == 0 for r in results), "\n".join(r.output[-2000:] for r in results)
+    assert "trained on cpu x 4 for 3 epochs" in results[0].output, results[0].output[-3000:]
+
+
 def test_mpiexec_with_a_mismatched_trainer_fails_fast_on_every_rank(tmp_path: Path) -> None:
     """Lightning's MPIEnvironment crashes two ranks and leaves two waiting 30 min; ours refuses at once."""
     if not MPICH.exists():
