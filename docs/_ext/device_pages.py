@@ -360,7 +360,7 @@ def device_page(spec: Any, entry: dict[str, Any], facts: dict[str, Any], trainer
               "**H** ran on hardware, **E** on an emulated device, **S** simulated only "
               "([what each level shows](../evidence.md)); DDP, FSDP, FSDP2 and DeepSpeed trained with 2 processes "
               "unless a number says otherwise, (1): one; "
-              "✗ not supported; – not tested; \"same as 1 device\": the largest difference between the "
+              "✗ refused here (the table above says why); – not tested; \"same as 1 device\": the largest difference between the "
               "strategies and one device (below).", "", *_grid_lines(spec, entry), "", *_parity_lines(spec, entry),
               "Every device at once: the [support grid](../support_matrix.md). Have this device? "
               "[Validate it](../validate_hardware.md).", ""]
