@@ -117,9 +117,10 @@ def test_device_pages_facts_cover_every_device_type():
         proc = subprocess.run(["bash", "-n"], input=facts["install"], text=True, capture_output=True, timeout=30)
         assert proc.returncode == 0, f"{device_type}: the install block does not parse: {proc.stderr}"
         assert "<" not in facts["install"], f"{device_type}: a placeholder in the install block"
-        for mark, feature, text in facts["rows"]:
+        for mark, feature, text, *family in facts["rows"]:
             assert mark in ("yes", "differs", "no"), (device_type, mark)
             assert text.strip(), f"{device_type}: {feature}: say what to do"
+            assert family in ([], ["ddp"], ["fsdp"], ["model_parallel"], ["deepspeed"]), (device_type, feature, family)
     # the vendors' own plugins or recipes are compared where they exist
     assert {"hpu", "sdaa", "xpu"} <= {t for t, f in pages.items() if f.get("compare")}
     # AMD only once a ROCm device ran (docs/records)
