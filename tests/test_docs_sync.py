@@ -301,7 +301,8 @@ def _options(rest: str) -> list[str]:
 
 def unresolved(text: str, defined: set[str]) -> list[str]:
     """What ``text`` shows that the repository does not have: module paths and ``Any*`` names of the package,
-    strategy names, ``LIGHTNING_ANYACCEL_*``/``ANYACCEL_*`` variables, and the options of its commands."""
+    strategy names, ``LIGHTNING_ANYACCEL_*``/``ANYACCEL_*`` variables, launch scripts and examples, and the
+    options of its commands."""
     from lightning_anyaccel.strategies.families import FAMILIES
 
     found = [name for name in re.findall(r"\blightning_anyaccel(?:\.[A-Za-z_]\w*)+", text) if not _resolves(name)]
@@ -314,6 +315,7 @@ def unresolved(text: str, defined: set[str]) -> list[str]:
                          ROOT / "Makefile", *(ROOT / "scripts").rglob("*.*"), *(ROOT / "docs" / "_ext").glob("*.py")])
     found += [name for name in set(re.findall(r"\b(?:LIGHTNING_ANYACCEL|ANYACCEL)_[A-Z0-9_]*[A-Z0-9]\b", text))
               if not re.search(rf"\b{name}\b", sources)]
+    found += [path for path in re.findall(r"\b(?:scripts/launch|examples)/[\w.-]*\w", text) if not (ROOT / path).exists()]
     for module, script, rest in COMMAND.findall(text):
         source = _command_source(module, script)
         if not source.exists():
@@ -334,10 +336,12 @@ def test_every_name_a_page_shows_exists():
     # the check can fail: the npu page once offered a class the package never defined, and made-up options
     assert unresolved("`strategy=AnyFSDP2Strategy()`", defined) == ["AnyFSDP2Strategy"]
     made_up = ("`lightning_anyaccel.strategies.AnyNothing`, `strategy=\"any_fsdp3\"`, `LIGHTNING_ANYACCEL_NO_SUCH`,"
-               " `python -m lightning_anyaccel.verify --no-such-option`, `python examples/train.py --num_gpus 2`")
+               " `python -m lightning_anyaccel.verify --no-such-option`, `python examples/train.py --num_gpus 2`,"
+               " `scripts/launch/pbs.sh`")
     assert set(unresolved(made_up, defined)) == {
         "lightning_anyaccel.strategies.AnyNothing", "AnyNothing", "any_fsdp3", "LIGHTNING_ANYACCEL_NO_SUCH",
-        "lightning_anyaccel.verify --no-such-option", "examples/train.py --num_gpus"}, unresolved(made_up, defined)
+        "lightning_anyaccel.verify --no-such-option", "examples/train.py --num_gpus", "scripts/launch/pbs.sh"}, \
+        unresolved(made_up, defined)
 
 
 def test_pages_follow_the_codes_refusals():
