@@ -2,6 +2,7 @@
 
     python examples/train.py                 # 2 processes on CPU, or 2 devices of your accelerator
     python examples/train.py --devices 1 --precision bf16-mixed
+    mpiexec -n 24 -ppn 12 python train.py --devices 12 --num_nodes 2   # what scripts/launch/aurora.pbs runs
 
 The same file runs unchanged on XPU, Gaudi, Ascend, CUDA, ...: only ``AnyAccelerator()`` looks at
 the hardware. It validates on held-out samples of the same regression problem before and after
@@ -21,17 +22,20 @@ from lightning_anyaccel.tools.demo import DemoModel, demo_loader
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
-    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--devices", type=int, default=2, help="devices (processes) per node")
+    parser.add_argument("--num-nodes", "--num_nodes", dest="num_nodes", type=int, default=1,
+                        help="nodes of the job (the Intel Aurora example spells it --num_nodes)")
     parser.add_argument("--precision", default="32-true")
     parser.add_argument("--max-epochs", type=int, default=3)
     args = parser.parse_args()
 
     L.seed_everything(42)
-    strategy = AnyDDPStrategy() if args.devices > 1 else AnySingleDeviceStrategy()
+    strategy = AnyDDPStrategy() if args.devices * args.num_nodes > 1 else AnySingleDeviceStrategy()
     trainer = L.Trainer(
         accelerator=AnyAccelerator(),
         strategy=strategy,
         devices=args.devices,
+        num_nodes=args.num_nodes,
         precision=args.precision,
         max_epochs=args.max_epochs,
         logger=False,

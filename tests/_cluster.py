@@ -74,12 +74,13 @@ class Job:
     logs: list[Path] = field(default_factory=list)
     start: float = field(default_factory=time.monotonic)
 
-    def spawn(self, command: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def spawn(self, command: list[str], log: Path, env: dict[str, str] | None = None,
+              cwd: Path = ROOT) -> subprocess.Popen:
         # PYTHONFAULTHANDLER: a process that aborts (SIGABRT, SIGSEGV) prints every thread's Python stack
         full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1", **self.env, **(env or {})}
         handle = open(log, "w")
         proc = subprocess.Popen(
-            command, cwd=ROOT, env=full_env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            command, cwd=cwd, env=full_env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
         )
         handle.close()
         self.procs.append(proc)

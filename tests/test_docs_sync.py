@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -116,9 +117,10 @@ def test_device_pages_facts_cover_every_device_type():
         proc = subprocess.run(["bash", "-n"], input=facts["install"], text=True, capture_output=True, timeout=30)
         assert proc.returncode == 0, f"{device_type}: the install block does not parse: {proc.stderr}"
         assert "<" not in facts["install"], f"{device_type}: a placeholder in the install block"
-        for mark, feature, text in facts["rows"]:
+        for mark, feature, text, *family in facts["rows"]:
             assert mark in ("yes", "differs", "no"), (device_type, mark)
             assert text.strip(), f"{device_type}: {feature}: say what to do"
+            assert family in ([], ["ddp"], ["fsdp"], ["model_parallel"], ["deepspeed"]), (device_type, feature, family)
     # the vendors' own plugins or recipes are compared where they exist
     assert {"hpu", "sdaa", "xpu"} <= {t for t, f in pages.items() if f.get("compare")}
     # AMD only once a ROCm device ran (docs/records)
@@ -206,3 +208,187 @@ def test_one_device_tests_are_in_the_one_device_pass():
     marked = {path.relative_to(ROOT).as_posix() for path in (ROOT / "tests").glob("test_*.py")
               if re.search(r"^@pytest\.mark\.one_device$", path.read_text(), re.M)}
     assert marked and marked <= listed, f"add {sorted(marked - listed)} to [pass.acme-one-device] files in tests/device_passes.toml"
+
+
+# ---- every name a page shows exists; every page follows the code's decisions ---------------------
+
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+#: the pages that show names: the README, the documentation's pages, the notebooks (the device pages are rendered)
+SHOWN = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *NOTEBOOKS]
+PACKAGE = ROOT / "src" / "lightning_anyaccel"
+#: `python -m MODULE` / `python FILE` commands, the options they are given (up to the end of the command)
+COMMAND = re.compile(r"python3? (?:-m (lightning_anyaccel(?:\.\w+)+)|(examples/\w+\.py))((?:[ \t]+[^\s`|;&)]+)*)")
+#: the project's name, not a class
+PRODUCT = "AnyAccel"
+PYTEST = re.compile(r"\bpytest((?:[ \t]+[^\s`|;&)]+)*)")
+
+
+def _page_text(path: Path) -> str:
+    if path.suffix == ".ipynb":
+        return "\n".join("".join(cell["source"]) for cell in json.loads(path.read_text())["cells"])
+    return path.read_text(encoding="utf-8")
+
+
+def _shown_texts() -> dict[str, str]:
+    """Every page users read, by name: the sources above and the generated device pages (support tokens filled)."""
+    import anyaccel_docs
+    import device_pages
+
+    validation = anyaccel_docs.load_validation(ROOT).get("devices", {})
+    texts = {path.relative_to(ROOT).as_posix(): device_pages.substitute_support(_page_text(path), validation)
+             for path in SHOWN}
+    texts.update({f"docs/devices/{t}.md": text for t, text in anyaccel_docs.render_device_pages(ROOT).items()})
+    return texts
+
+
+def _package_names() -> set[str]:
+    """Every class, function and module-level name the package's sources define."""
+    import ast
+
+    names: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def _resolves(dotted: str) -> bool:
+    """``lightning_anyaccel.a.b.C``: the longest importable module, then attributes."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def _options_of(source: Path) -> set[str]:
+    """The ``--options`` a command line file defines (quoted ``--x`` literals: argparse, pytest's addoption)."""
+    return set(re.findall(r"""["'](--[\w-]+)["']""", source.read_text(encoding="utf-8")))
+
+
+@functools.cache
+def _pytest_options() -> set[str]:
+    """pytest's own options and those of the repository's plugins and conftest files."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plugin = _options_of(PACKAGE / "emulator" / "pytest_plugin.py")  # the package's plugin, loaded where it is asked for
+    return set(re.findall(r"(--[\w-]+)", proc.stdout)) | plugin
+
+
+def _command_source(module: str, script: str) -> Path:
+    if module:
+        path = ROOT / "src" / Path(*module.split("."))
+        return path / "__main__.py" if path.is_dir() else path.with_suffix(".py")
+    return ROOT / script
+
+
+def _options(rest: str) -> list[str]:
+    """The ``--options`` of a command line, up to a ``--`` that starts another command (``emulate ... -- python``)."""
+    return re.findall(r"(?<!\S)(--[\w-]+)", re.split(r"(?<!\S)--(?!\S)", rest)[0])
+
+
+def unresolved(text: str, defined: set[str]) -> list[str]:
+    """What ``text`` shows that the repository does not have: module paths and ``Any*`` names of the package,
+    strategy names, ``LIGHTNING_ANYACCEL_*``/``ANYACCEL_*`` variables, launch scripts and examples, and the
+    options of its commands."""
+    from lightning_anyaccel.strategies.families import FAMILIES
+
+    found = [name for name in re.findall(r"\blightning_anyaccel(?:\.[A-Za-z_]\w*)+", text) if not _resolves(name)]
+    found += [name for name in re.findall(r"\bAny[A-Z]\w*", text) if name not in defined and name != PRODUCT]
+    strategies = {name for family in FAMILIES for name in family.names}
+    found += [name for name in re.findall(r"""[`"'](any_\w+)[`"']""", text) if name not in strategies]
+    sources = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in
+                        [*PACKAGE.rglob("*.py"), *(p for p in (ROOT / "tests").rglob("*.py") if p.name != Path(__file__).name),
+                         ROOT / "conftest.py", ROOT / "conf.py",
+                         ROOT / "Makefile", *(ROOT / "scripts").rglob("*.*"), *(ROOT / "docs" / "_ext").glob("*.py")])
+    found += [name for name in set(re.findall(r"\b(?:LIGHTNING_ANYACCEL|ANYACCEL)_[A-Z0-9_]*[A-Z0-9]\b", text))
+              if not re.search(rf"\b{name}\b", sources)]
+    found += [path for path in re.findall(r"\b(?:scripts/launch|examples)/[\w.-]*\w", text) if not (ROOT / path).exists()]
+    for module, script, rest in COMMAND.findall(text):
+        source = _command_source(module, script)
+        if not source.exists():
+            found.append(module or script)
+        elif "LightningCLI" not in source.read_text():  # LightningCLI's options are Lightning's (tests/test_programs.py)
+            found += [f"{module or script} {opt}" for opt in _options(rest) if opt not in _options_of(source)]
+    for rest in PYTEST.findall(text):
+        found += [f"pytest {opt}" for opt in _options(rest) if opt not in _pytest_options()]
+    return found
+
+
+def test_every_name_a_page_shows_exists():
+    """Classes, functions and module paths of the package, strategy names, environment variables and command
+    options on the README, the documentation's pages, the generated device pages and the notebooks all exist."""
+    defined = _package_names()
+    problems = {page: sorted(set(names)) for page, text in _shown_texts().items() if (names := unresolved(text, defined))}
+    assert not problems, problems
+    # the check can fail: the npu page once offered a class the package never defined, and made-up options
+    assert unresolved("`strategy=AnyFSDP2Strategy()`", defined) == ["AnyFSDP2Strategy"]
+    made_up = ("`lightning_anyaccel.strategies.AnyNothing`, `strategy=\"any_fsdp3\"`, `LIGHTNING_ANYACCEL_NO_SUCH`,"
+               " `python -m lightning_anyaccel.verify --no-such-option`, `python examples/train.py --num_gpus 2`,"
+               " `scripts/launch/pbs.sh`")
+    assert set(unresolved(made_up, defined)) == {
+        "lightning_anyaccel.strategies.AnyNothing", "AnyNothing", "any_fsdp3", "LIGHTNING_ANYACCEL_NO_SUCH",
+        "lightning_anyaccel.verify --no-such-option", "examples/train.py --num_gpus", "scripts/launch/pbs.sh"}, \
+        unresolved(made_up, defined)
+
+
+def test_pages_follow_the_codes_refusals():
+    """Each device page's comparison row about a strategy, each grid mark of a strategy and the migration page's
+    support sentences come from the code's decision (lightning_anyaccel.strategies.support.refusal)."""
+    import anyaccel_docs
+    import device_pages
+    from lightning_anyaccel.strategies.support import FEATURE_FAMILIES, refusal
+
+    pages = device_pages.load_pages(ROOT)
+    strategy_words = re.compile(r"\b(DDP|FSDP2?|DeepSpeed)\b")
+    for device_type, spec in DEVICE_TABLE.items():
+        for row in pages[device_type]["rows"]:
+            if strategy_words.search(row[1]) and "checkpoint" not in row[1]:
+                assert len(row) == 4, f"{device_type}: the row {row[1]!r} is about a strategy: name its family"
+            mark, text = device_pages.row_mark(spec, row)
+            assert (mark == "no") == bool(len(row) == 4 and refusal(row[3], spec)) or (len(row) == 3), (device_type, row)
+        for feature, family in FEATURE_FAMILIES.items():
+            assert (device_pages.feature_mark(spec, {}, feature) == "✗") == bool(refusal(family, spec)), (device_type, feature)
+    rendered = anyaccel_docs.render_device_pages(ROOT)
+    assert "✗ DeepSpeed" in rendered["sdaa"] if refusal("deepspeed", DEVICE_TABLE["sdaa"]) else "⚠ DeepSpeed" in rendered["sdaa"]
+    migration = _shown_texts()["docs/migration.md"]
+    assert "{{" not in migration
+    assert device_pages.support_sentence("deepspeed", DEVICE_TABLE["sdaa"], {}) in migration
+    # the check can fail: a row that calls a strategy missing where the code runs it stops the build
+    with pytest.raises(ValueError, match="says missing"):
+        device_pages.row_mark(DEVICE_TABLE["cuda"], ["no", "DeepSpeed", "not here", "deepspeed"])
+
+
+def test_device_pages_say_what_ran_and_how_to_use_several_nodes():
+    """Each device page says in one line which stack was run here (the records' hardware, else none), has a
+    several-nodes recipe where the device has collectives, and defines every variable its commands use."""
+    import anyaccel_docs
+
+    provided = {"PBS_NODEFILE", "HOME", "NODE_RANK", "MASTER_ADDR"}  # set by the scheduler, the shell or the user
+    for device_type, text in anyaccel_docs.render_device_pages(ROOT).items():
+        run_here = re.search(r"^- \*\*Run here:\*\* (.+)$", text, re.M)
+        assert run_here, f"{device_type}: no 'Run here' line"
+        if DEVICE_TABLE[device_type].backend:
+            assert re.search(r"several nodes|num_nodes", text, re.I), f"{device_type}: no several-nodes recipe"
+        for code in re.findall(r"```bash\n(.*?)```|`([^`\n]*\$[^`\n]*)`", text, re.S):
+            snippet = code[0] or code[1]
+            arithmetic = " ".join(re.findall(r"\$\(\((.*?)\)\)", snippet))  # $((NNODES * 12))
+            used = (set(re.findall(r"\$\{?(\w+)", snippet)) | set(re.findall(r"\b([A-Za-z_]\w*)", arithmetic))) - provided
+            undefined = {name for name in used if not re.search(rf"\b{name}=", snippet)}
+            assert not undefined, f"{device_type}: {sorted(undefined)} used but not defined in {snippet!r}"
+    hpu = anyaccel_docs.render_device_pages(ROOT)["hpu"]
+    assert "none of these stacks was run here" in hpu

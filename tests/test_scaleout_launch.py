@@ -7,6 +7,7 @@ that is missing here skip with the reason; ``.ci/run`` installs the tools so CI 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -162,6 +163,106 @@ def test_mpich_through_the_pbs_script(tmp_path: Path) -> None:
         results = job.wait(timeout=150)
     assert results[0].returncode == 0, results[0].output[-3000:]
     assert_trained(out, "AnyMPIEnvironment")
+
+
+#: PBS's qsub on this machine: runs the job script at once on a one-node job (tests/pbs/qsub)
+QSUB_DIR = Path(__file__).parent / "pbs"
+#: the Aurora job script's documented submission (docs/devices/xpu.md, its own header), PPN=2 on CPU
+DOCUMENTED_QSUB = ["qsub", "-v", "PPN=2,TRAIN_SCRIPT=train.py", "scripts/launch/aurora.pbs"]
+
+
+def _aurora_project(tmp_path: Path) -> Path:
+    """A user's project directory as the xpu page has it: the job script and the repository's example."""
+    project = tmp_path / "project"
+    (project / "scripts" / "launch").mkdir(parents=True)
+    (project / "scripts" / "launch" / "aurora.pbs").write_text((LAUNCH / "aurora.pbs").read_text())
+    (project / "train.py").write_text((Path(__file__).parents[1] / "examples" / "train.py").read_text())
+    return project
+
+
+@pytest.mark.skipif(not MPICH.exists(), reason="MPICH's mpiexec not installed (pip install mpich; CI does)")
+def test_documented_aurora_job_trains_the_example(tmp_path: Path) -> None:
+    """`qsub -v PPN=..,TRAIN_SCRIPT=train.py scripts/launch/aurora.pbs` as documented, with examples/train.py: one node,
+    MPICH's mpiexec (first on PATH, as the venv's), no command of ours; the example's own success line."""
+    project = _aurora_project(tmp_path)
+    env = {"PATH": f"{QSUB_DIR}:{VENV_BIN}:{os.environ['PATH']}", "MASTER_PORT": str(free_port()),
+           "MPIEXEC_EXTRA_ARGS": "-launcher fork"}
+    with Job(env=env) as job:
+        job.spawn(DOCUMENTED_QSUB, tmp_path / "job.log", cwd=project)
+        results = job.wait(timeout=200)
+    assert results[0].returncode == 0, results[0].output[-3000:]
+    assert "trained on cpu x 2 for 3 epochs" in results[0].output, results[0].output[-3000:]
+
+
+def test_aurora_job_sets_up_the_cluster_environment(tmp_path: Path) -> None:
+    """Where `module` knows `frameworks`: the job script loads it, activates $VENV and binds 12 ranks to ALCF's
+    cores; a VENV that is not one stops the job with the command that makes it. The cluster's `module` and
+    `mpiexec` are stand-ins here that record what they were asked (no training: 12 ranks)."""
+    project = _aurora_project(tmp_path)
+    fakes, log = tmp_path / "bin", tmp_path / "calls.log"
+    fakes.mkdir()
+    (fakes / "module").write_text('#!/usr/bin/env bash\necho "module $*" >> "$CALLS"\n'
+                                  '[ "$1 $2" = "is-avail frameworks" ] || [ "$1 $2" = "load frameworks" ]\n')
+    (fakes / "mpiexec").write_text('#!/usr/bin/env bash\necho "python=$(command -v python)" >> "$CALLS"\n'
+                                   'echo "mpiexec $*" >> "$CALLS"\n')
+    for tool in fakes.iterdir():
+        tool.chmod(0o755)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    env = {**os.environ, "PATH": f"{QSUB_DIR}:{fakes}:{os.environ['PATH']}", "CALLS": str(log)}
+    command = ["qsub", "-v", f"PPN=12,TRAIN_SCRIPT=train.py,VENV={venv}", "scripts/launch/aurora.pbs"]
+    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    calls = log.read_text().splitlines()
+    assert "module load frameworks" in calls, calls
+    assert f"python={venv}/bin/python" in calls, calls
+    bind = "list:4-7:8-11:12-15:16-19:20-23:24-27:56-59:60-63:64-67:68-71:72-75:76-79"
+    assert f"mpiexec -n 12 -ppn 12 --cpu-bind {bind} python train.py --devices 12 --num_nodes 1" in calls, calls
+
+    command[2] = f"PPN=12,VENV={tmp_path / 'no-venv'}"
+    refused = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "python3 -m venv --system-site-packages" in refused.stderr, refused.stderr
+
+
+#: each launch script's documented use (its header), run per "node" with examples/train.py: the variables the
+#: header sets for every node, the command, and what differs per node
+DOCUMENTED_USES = {
+    "env_vars.sh": ({"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"},
+                    "scripts/launch/env_vars.sh python train.py --devices 2 --num-nodes 2",
+                    [{"NODE_RANK": "0"}, {"NODE_RANK": "1"}]),
+    "torchrun.sh": ({"RDZV_HOST": "10.0.0.1", "RDZV_PORT": "29400", "NNODES": "2", "NPROC_PER_NODE": "2"},
+                    "scripts/launch/torchrun.sh train.py --devices 2 --num-nodes 2", [{}, {}]),
+    "mpiexec.sh": ({"MASTER_ADDR": "10.0.0.1", "NNODES": "2", "PPN": "2"},
+                   "scripts/launch/mpiexec.sh python train.py --devices 2 --num-nodes 2", [{}]),
+}
+
+
+@pytest.mark.parametrize("script", sorted(DOCUMENTED_USES))
+def test_documented_launch_trains_the_example(tmp_path: Path, script: str) -> None:
+    """Each launch script's own usage line, as its header shows it, trains examples/train.py on 2 local "nodes"
+    (10.0.0.1, the header's stand-in for node 0's address, becomes 127.0.0.1; its ports become free ones)."""
+    if script == "mpiexec.sh" and not MPICH.exists():
+        pytest.skip("MPICH's mpiexec not installed (pip install mpich; CI does)")
+    shared, command, nodes = DOCUMENTED_USES[script]
+    header = " ".join((LAUNCH / script).read_text().split("set -euo")[0].replace("#", " ").replace("\\", " ").split())
+    for name, value in shared.items():
+        assert f"{name}={value}" in header, f"{script}: its header no longer sets {name}={value}"
+    assert command in header, f"{script}: its header no longer shows {command!r}"
+    project = _aurora_project(tmp_path)
+    (project / "scripts" / "launch" / script).write_text((LAUNCH / script).read_text())
+    env = {**{k: v for k, v in shared.items()}, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+    env.update({k: "127.0.0.1" for k, v in shared.items() if v == "10.0.0.1"})
+    env.update({k: str(free_port()) for k in shared if k.endswith("_PORT")})
+    if script == "mpiexec.sh":
+        env["MPIEXEC_EXTRA_ARGS"] = "-launcher fork -hosts localhost:2,127.0.0.1:2"
+    argv = ["bash", *command.split()]
+    with Job(env=env) as job:
+        for node, own in enumerate(nodes):
+            job.spawn(argv, tmp_path / f"node{node}.log", env=own, cwd=project)
+        results = job.wait(timeout=240)
+    assert all(r.returncode == 0 for r in results), "\n".join(r.output[-2000:] for r in results)
+    assert "trained on cpu x 4 for 3 epochs" in results[0].output, results[0].output[-3000:]
 
 
 def test_mpiexec_with_a_mismatched_trainer_fails_fast_on_every_rank(tmp_path: Path) -> None:

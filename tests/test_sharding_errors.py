@@ -29,7 +29,9 @@ from lightning_anyaccel import fabric as anyaccel_fabric
 from lightning_anyaccel._lightning import accessors as lightning_accessors
 from lightning_anyaccel.strategies.deepspeed import AnyDeepSpeedMixin
 from lightning_anyaccel.strategies.fsdp import AnyFSDPMixin
+from lightning_anyaccel.device.devices import DEVICE_TABLE
 from lightning_anyaccel.strategies.model_parallel import AnyModelParallelMixin
+from lightning_anyaccel.strategies.support import refusal
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(
@@ -253,3 +255,31 @@ def test_deepspeed_refuses_a_device_without_its_vendor_package(monkeypatch) -> N
     with pytest.raises(ShardingNotSupportedError, match="needs `not_an_installed_vendor.torch`, which is not installed"
                        r".*would run its CPU accelerator on the device's tensors"):
         strategy._validate_device_setup()  # what the launching process runs before it starts any worker
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("device_type", sorted(DEVICE_TABLE))
+def test_deepspeed_refuses_exactly_where_the_pages_say(monkeypatch, device_type: str) -> None:
+    """The DeepSpeed strategy refuses a device type exactly where ``strategies.support.refusal`` (what the device
+    pages, the grid and the migration page show) says it does."""
+    spec = DEVICE_TABLE[device_type]
+    monkeypatch.setattr(AnyDeepSpeedMixin, "spec", property(lambda self: spec))
+    monkeypatch.setattr(AnyDeepSpeedMixin, "device_type", property(lambda self: spec.type))
+    strategy = AnyDeepSpeedStrategy()
+    refused = contextlib.suppress() if refusal("deepspeed", spec) is None else pytest.raises(ShardingNotSupportedError)
+    with refused:
+        assert strategy.deepspeed_accelerator
+
+
+@pytest.mark.parametrize("device_type", sorted(DEVICE_TABLE))
+def test_sharding_refuses_exactly_where_the_pages_say(device_type: str) -> None:
+    """``check_collectives`` (every multi-process family's first step) refuses where ``refusal`` says so."""
+    from types import SimpleNamespace
+
+    from lightning_anyaccel.strategies.steps import check_collectives
+
+    spec = DEVICE_TABLE[device_type]
+    target = SimpleNamespace(spec=spec, device_type=spec.type, sharding_name="FSDP")
+    refused = contextlib.suppress() if refusal("fsdp", spec) is None else pytest.raises(ShardingNotSupportedError)
+    with refused:
+        check_collectives(target)

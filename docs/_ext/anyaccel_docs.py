@@ -57,32 +57,9 @@ MIGRATION = {
     "mps": ("Lightning's `accelerator=\"mps\"`", "from-lightnings-built-in-accelerators-acceleratorgpu"),
 }
 
-STATUS_TEXT = {
-    "hardware": "run on hardware",
-    "emulated": "executed on the emulated device",
-    "simulated": "simulated only",
-    "untested": "not tested",
-}
-
 #: The three levels of evidence, strongest first: a record ``docs/records/<type>-<level>.toml``
 #: (lightning_anyaccel.tools.records) for each.
-LEVELS = ("hardware", "emulated", "simulated")
-
-#: Feature columns of the per-feature table (keys of a level's ``features``).
-FEATURE_NAMES = {
-    "single_device": "1 device",
-    "mixed_precision": "bf16/16-mixed",
-    "ddp": "DDP",
-    "fork_safety": "fork check",
-    "fsdp": "FSDP",
-    "fsdp2": "FSDP2",
-    "deepspeed": "DeepSpeed",
-    "checkpoint": "checkpoints",
-    "device_stats": "memory stats",
-    "verify": "verify",
-    "transformer": "GPT-2",
-}
-
+LEVELS = tuple(device_pages.LEVEL_MARKS)
 
 def load_records(srcdir: Path) -> dict[str, dict[str, Any]]:
     """Every record under ``docs/records`` by its path relative to it (``cpu-hardware``,
@@ -179,16 +156,6 @@ def _table(header: list[str], rows: list[list[Any]], widths: list[int] | None = 
     return table
 
 
-def _status(entry: dict[str, Any]) -> str:
-    status = entry.get("status", "untested")
-    text = STATUS_TEXT.get(status, status)
-    record = entry.get(status)
-    if not isinstance(record, dict):
-        return text
-    stale = ", stale" if is_stale(record) else ""
-    return f"{text} ({str(record['date'])[:10]}: {where_text(record)}{stale})"
-
-
 def _records_at(entry: dict[str, Any], level: str) -> list[dict[str, Any]]:
     """The records of a device type at ``level``: ``<type>-<level>.toml`` first, then any other run at that level
     (``<type>-<level>-kit.toml``: the validation kit's run beside the test suite's)."""
@@ -224,7 +191,7 @@ def _feature_cell(entry: dict[str, Any], feature: str) -> str:
     (``H failed``) and a stale record (``E stale``).
     """
     cells = []
-    for level, mark in zip(LEVELS, ("H", "E", "S")):
+    for level, mark in device_pages.LEVEL_MARKS.items():
         runs = [(str(r.get("features", {}).get(feature, "")), r) for r in _records_at(entry, level)]
         # the strongest result of the level's records: a pass, a pass with a qualifier, a failure
         value, sub = min(runs, key=lambda run: (run[0] != "passed", not run[0].startswith("passed"),
@@ -299,9 +266,9 @@ class SupportGrid(_TableDirective):
             entry = validation.get(spec.type, {})
             family = device_pages.family_name(spec.type, pages, spec.name)
             rows.append([f"{family} `{spec.type}`",
-                         *(device_pages.feature_mark(spec, entry, f) for f in device_pages.FEATURES),
+                         *(device_pages.feature_mark(spec, entry, f) for f in device_pages.GRID_FEATURES),
                          device_pages.parity_mark(spec, entry)])
-        return [_table(["device", *device_pages.FEATURES.values(), "same as 1 device"], rows,
+        return [_table(["device", *(device_pages.FEATURES[f] for f in device_pages.GRID_FEATURES), "same as 1 device"], rows,
                        classes=["anyaccel-grid"])]
 
 
@@ -386,11 +353,11 @@ class ValidationTable(_TableDirective):
         data = load_validation(Path(self.env.srcdir))
         devices = data.get("devices", {})
         rows = [[f"`{t}`", *(_level_text(devices.get(t, {}), level) for level in LEVELS)] for t in DEVICE_TABLE]
-        features = [[f"`{t}`", *(_feature_cell(devices.get(t, {}), f) for f in FEATURE_NAMES)] for t in DEVICE_TABLE]
+        features = [[f"`{t}`", *(_feature_cell(devices.get(t, {}), f) for f in device_pages.FEATURES)] for t in DEVICE_TABLE]
         return [_table(["version", "role", "records"], _range_rows(data), widths=[16, 34, 50]),
-                _table(["device type", "run on hardware", "executed on the emulated device", "simulated only"], rows,
+                _table(["device type", *(device_pages.LEVEL_WORDS[level] for level in LEVELS)], rows,
                        widths=[10, 30, 30, 30]),
-                _table(["device type", *FEATURE_NAMES.values()], features)]
+                _table(["device type", *device_pages.FEATURES.values()], features)]
 
 
 
@@ -480,26 +447,33 @@ def _trainer_lines(spec: Any) -> str:
     return "\n".join(lines)
 
 
-def write_device_pages(app: Sphinx) -> None:
-    """Write ``docs/devices/<type>.md`` for every device type (only files whose text changed)."""
+def render_device_pages(srcdir: Path) -> dict[str, str]:
+    """The text of ``docs/devices/<type>.md`` for every device type, by device type (also read by the tests)."""
     from lightning_anyaccel.device.devices import DEVICE_TABLE
 
-    srcdir = Path(app.srcdir)
     validation = load_validation(srcdir).get("devices", {})
     pages = device_pages.load_pages(srcdir)
     limitations = (srcdir / "docs" / "limitations.md").read_text(encoding="utf-8")
-    out = srcdir / DEVICE_PAGES
-    out.mkdir(parents=True, exist_ok=True)
-    wanted = set()
+    rendered = {}
     for spec in DEVICE_TABLE.values():
-        path = out / f"{spec.type}.md"
-        wanted.add(path.name)
         words = FAMILIES.get(spec.type, (spec.name, []))[1]
         facts = {"family": spec.name, "stack_works": "PyTorch 2.8 and newer", "guide": ["pytorch.org", "https://pytorch.org"],
                  "stack_fails": "PyTorch 2.7 and older", "install": 'pip install "git+{{repository}}.git"',
                  **pages.get(spec.type, {})}
-        text = device_pages.device_page(spec, validation.get(spec.type, {}), facts, _trainer_lines(spec),
-                                        MIGRATION.get(spec.type), _limitations_for(limitations, spec.type, words))
+        rendered[spec.type] = device_pages.device_page(spec, validation.get(spec.type, {}), facts, _trainer_lines(spec),
+                                                       MIGRATION.get(spec.type),
+                                                       _limitations_for(limitations, spec.type, words))
+    return rendered
+
+
+def write_device_pages(app: Sphinx) -> None:
+    """Write ``docs/devices/<type>.md`` for every device type (only files whose text changed)."""
+    out = Path(app.srcdir) / DEVICE_PAGES
+    out.mkdir(parents=True, exist_ok=True)
+    wanted = set()
+    for device_type, text in render_device_pages(Path(app.srcdir)).items():
+        path = out / f"{device_type}.md"
+        wanted.add(path.name)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
     for stale in out.glob("*.md"):
@@ -581,10 +555,13 @@ def _benchmark_sentence(doc: dict[str, Any], device_type: str) -> str:
 
 
 def substitute(app: Sphinx, docname: str, source: list[str]) -> None:
-    """``{{repository}}`` and ``{{version}}`` in the documentation pages (code blocks included)."""
+    """``{{repository}}``, ``{{version}}`` and the support tokens of :func:`device_pages.substitute_support` in
+    the documentation pages (code blocks included)."""
     if docname.startswith("docs/"):
         source[0] = (source[0].replace("{{repository}}", app.config.anyaccel_repository)
                      .replace("{{version}}", app.config.release))
+        if device_pages.SUPPORT_TOKEN.search(source[0]):  # sentences about support: the code's decisions
+            source[0] = device_pages.substitute_support(source[0], load_validation(Path(app.srcdir)).get("devices", {}))
 
 
 # ------------------------------------------------------------------------------------------------

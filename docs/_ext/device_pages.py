@@ -15,9 +15,12 @@ How we know (commits, commands, ages) stays on the contributors' page ``docs/evi
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from lightning_anyaccel.strategies.support import FEATURE_FAMILIES, refusal
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,12 +36,13 @@ LEVEL_WORDS = {
     "untested": "not tested",
 }
 
-#: Feature columns of the grid (keys of a record's ``features``) in the users' words; the multi-process ones
-#: show how many processes ran.
+#: Every feature a validation record reports (keys of its ``features``) in the users' words: the one table of
+#: feature names of the site (the support grid, the device pages, the contributors' per-feature table).
 FEATURES = {
     "single_device": "1 device",
     "mixed_precision": "mixed precision",
     "ddp": "DDP",
+    "fork_safety": "fork check",
     "fsdp": "FSDP",
     "fsdp2": "FSDP2",
     "deepspeed": "DeepSpeed",
@@ -47,7 +51,8 @@ FEATURES = {
     "verify": "verify",
     "transformer": "GPT-2",
 }
-MULTI_PROCESS = {"ddp", "fsdp", "fsdp2", "deepspeed"}
+#: The columns of the users' grid (the fork check is a detail for contributors).
+GRID_FEATURES = tuple(key for key in FEATURES if key != "fork_safety")
 #: The runs of parity in the users' words, in the tables' order: a strategy's short name
 #: (``tools/parity_run.STRATEGIES``, the test suite's ``[parity]`` section) or a validation kit check's name (its
 #: test entry's ``parity``). :func:`parity_name` adds what the short name says beyond these: ``fabric_`` in front
@@ -76,6 +81,66 @@ def parity_name(name: str) -> str:
 
 #: marks of the comparison tables
 COMPARE_MARKS = {"yes": "✓", "differs": "⚠", "no": "✗"}
+#: strategy families (``lightning_anyaccel.strategies.support``) in the users' words, and what to do where one is refused
+FAMILY_WORDS = {"ddp": "DDP", "fsdp": "FSDP", "model_parallel": "FSDP2", "deepspeed": "DeepSpeed"}
+INSTEAD = {"deepspeed": 'shard with `strategy="any_fsdp"` or `strategy="any_fsdp2"` instead',
+           "": 'train on one device (`strategy="any_single"`)'}
+
+
+def row_mark(spec: Any, row: list[str]) -> tuple[str, str]:
+    """A comparison row's mark and text; a row about a strategy family (its 4th item) follows the code's decision.
+
+    Raises:
+        ValueError: the row calls missing a strategy the package runs on the device (the code decides).
+    """
+    mark, _feature, text, *family = row
+    reason = refusal(family[0], spec) if family else None
+    if reason:
+        instead = INSTEAD.get(family[0], INSTEAD[""]) if spec.backend else INSTEAD[""]
+        return "no", f"refused on `{spec.type}` ({reason}): {instead}"
+    if family and mark == "no":
+        raise ValueError(f"{spec.type}: the row {row!r} says missing, but the package runs {family[0]} there")
+    return mark, text
+
+
+def support_sentence(family: str, spec: Any, entry: dict[str, Any]) -> str:
+    """One sentence for the migration page: does the package run ``family`` on the device type, how far proven."""
+    words = FAMILY_WORDS[family]
+    reason = refusal(family, spec)
+    if reason:
+        instead = INSTEAD.get(family, INSTEAD[""]) if spec.backend else INSTEAD[""]
+        return f"The package refuses {words} on `{spec.type}` ({reason}): {instead}."
+    feature = next(f for f, fam in FEATURE_FAMILIES.items() if fam == family)
+    return f"{words} runs on `{spec.type}` ({proven_words(spec, entry, feature)} so far)."
+
+
+#: what the pages' sentences about support may ask (docs/_ext/anyaccel_docs.py substitutes them)
+SUPPORT_TOKEN = re.compile(r"\{\{(support|proven):([a-z_0-9]+):([a-z0-9]+)\}\}|\{\{deepspeed_device_types\}\}")
+
+
+def substitute_support(text: str, validation: dict[str, Any]) -> str:
+    """``{{support:FAMILY:TYPE}}`` (:func:`support_sentence`), ``{{proven:FEATURE:TYPE}}`` (:func:`proven_words`)
+    and ``{{deepspeed_device_types}}`` in a page: the code's decisions and the records, never typed by hand."""
+    from lightning_anyaccel.device.devices import DEVICE_TABLE
+
+    def one(match: re.Match[str]) -> str:
+        kind, name, device_type = match.groups()
+        if kind is None:
+            return ", ".join(t for t, spec in DEVICE_TABLE.items() if not refusal("deepspeed", spec))
+        spec, entry = DEVICE_TABLE[device_type], validation.get(device_type, {})
+        return support_sentence(name, spec, entry) if kind == "support" else proven_words(spec, entry, name)
+
+    return SUPPORT_TOKEN.sub(one, text)
+
+
+def ran_here(entry: dict[str, Any], family: str) -> str:
+    """The "run here" line of a device page: the hardware the records name, or that no vendor stack was run."""
+    runs = [r for r in records_at(entry, "hardware") if r.get("device_name")]
+    if runs:
+        names = sorted({str(r["device_name"]) for r in runs})
+        return f"on {', '.join(names)} ({str(runs[0]['date'])[:10]})"
+    return (f"not on {family} hardware yet: the versions above are the vendor's published ones, "
+            "and none of these stacks was run here")
 
 
 def load_pages(srcdir: Path) -> dict[str, Any]:
@@ -102,18 +167,29 @@ def feature_mark(spec: Any, entry: dict[str, Any], feature: str) -> str:
     """The strongest level at which ``feature`` passed on the device type: one mark.
 
     ``H``/``E``/``S`` (hardware, emulated, simulated); a multi-process feature that trained with a single
-    process says so (``H (1)``: a machine with one device); ``✗`` where the device can not do it (no collective
-    backend); ``–`` where nothing ran.
+    process says so (``H (1)``: a machine with one device); ``✗`` where the package refuses the strategy on
+    the device (:func:`lightning_anyaccel.strategies.support.refusal`, what the code refuses with); ``–``
+    where nothing ran.
     """
-    if feature in MULTI_PROCESS and not spec.backend:
+    family = FEATURE_FAMILIES.get(feature)
+    if family and refusal(family, spec):
         return "✗"
     for level, mark in LEVEL_MARKS.items():
         for record in records_at(entry, level):
             value = str(record.get("features", {}).get(feature, ""))
             if value.startswith("passed"):
-                count = _processes(record, value) if feature in MULTI_PROCESS else None
+                count = _processes(record, value) if family else None
                 return f"{mark} ({count})" if count and count != 2 else mark  # 2: the legend's default
     return "–"
+
+
+def proven_words(spec: Any, entry: dict[str, Any], feature: str) -> str:
+    """``feature_mark`` in words: ``run on hardware``, ``emulated``, ``simulated only``, ``not tested``, ``refused``."""
+    mark = feature_mark(spec, entry, feature)
+    if mark == "✗":
+        return "refused"
+    words = {m: LEVEL_WORDS[level] for level, m in LEVEL_MARKS.items()}
+    return words.get(mark.split(" ")[0], LEVEL_WORDS["untested"])
 
 
 def upper_bound(value: float) -> str:
@@ -171,7 +247,7 @@ def parity_runs(entry: dict[str, Any]) -> list[dict[str, Any]]:
 def parity_mark(spec: Any, entry: dict[str, Any]) -> str:
     """The grid's parity cell: the largest fp32 difference any strategy measured against one device, rounded up
     (``E ≤4e-7``: emulated), at the strongest level with a measurement; ``✗`` without a collective backend."""
-    if not spec.backend:
+    if refusal("ddp", spec):
         return "✗"
     runs = parity_runs(entry)
     for level, mark in LEVEL_MARKS.items():
@@ -183,7 +259,7 @@ def parity_mark(spec: Any, entry: dict[str, Any]) -> str:
 
 def _parity_lines(spec: Any, entry: dict[str, Any]) -> list[str]:
     """The device page's table of parity: per strategy, the largest difference from one device and the tolerance."""
-    if not spec.backend:
+    if refusal("ddp", spec):
         return []
     lines = ["### Same results as one device", "",
              "Each strategy below trained the same model from the same weights on the same rows as one device did, "
@@ -226,9 +302,9 @@ def _row(cells: list[str]) -> str:
 
 
 def _grid_lines(spec: Any, entry: dict[str, Any]) -> list[str]:
-    header = [*FEATURES.values(), "same as 1 device"]
+    header = [*(FEATURES[f] for f in GRID_FEATURES), "same as 1 device"]
     return [_row(header), _row(["---"] * len(header)),
-            _row([*(feature_mark(spec, entry, f) for f in FEATURES), parity_mark(spec, entry)])]
+            _row([*(feature_mark(spec, entry, f) for f in GRID_FEATURES), parity_mark(spec, entry)])]
 
 
 def device_page(spec: Any, entry: dict[str, Any], facts: dict[str, Any], trainer_lines: str,
@@ -242,10 +318,12 @@ def device_page(spec: Any, entry: dict[str, Any], facts: dict[str, Any], trainer
         f'<span class="anyaccel-badge anyaccel-badge-{status}">{badge_text(entry)}</span> '
         "([how far each feature was proven](#how-far-each-feature-was-proven))", "",
         "## What you need", "",
-        f"- **Works:** {facts['stack_works']}.",
-        f"- **Does not work:** {facts['stack_fails']}.",
+        f"- **Vendor stack:** {facts['stack_works']}"
+        + (f" ([{facts['source'][0]}]({facts['source'][1]}))." if facts.get("source") else "."),
+        f"- **Too old:** {facts['stack_fails']}.",
+        f"- **Run here:** {ran_here(entry, family)}.",
         f"- **Install guide:** [{facts['guide'][0]}]({facts['guide'][1]}).", "",
-        "The versions are the vendor's published ones; install the vendor's PyTorch first, then this package "
+        "Install the vendor's PyTorch first, then this package "
         "(not on PyPI yet; [other ways](../installation.md#installing-the-package)):", "",
         "```bash", facts["install"].strip(), "```", "",
     ]
@@ -267,8 +345,9 @@ def device_page(spec: Any, entry: dict[str, Any], facts: dict[str, Any], trainer
                if compare else "✓ offered, ⚠ offered with a difference, ✗ missing, with what to do instead.")
               + " How far each was proven on this device: [below](#how-far-each-feature-was-proven).", "",
               "```{list-table}", ":header-rows: 1", ":class: anyaccel-compare", "", "* - feature", "  - here"]
-    for mark, feature, text in facts.get("rows", []):
-        lines += [f"* - {COMPARE_MARKS[mark]} {feature}", f"  - {text}"]
+    for row in facts.get("rows", []):
+        mark, text = row_mark(spec, row)
+        lines += [f"* - {COMPARE_MARKS[mark]} {row[1]}", f"  - {text}"]
     lines += ["```"]
     lines += ["", "## What the package does for you", ""]
     lines += [f"- {gain};" for gain in facts.get("gains", [])]
@@ -281,7 +360,7 @@ def device_page(spec: Any, entry: dict[str, Any], facts: dict[str, Any], trainer
               "**H** ran on hardware, **E** on an emulated device, **S** simulated only "
               "([what each level shows](../evidence.md)); DDP, FSDP, FSDP2 and DeepSpeed trained with 2 processes "
               "unless a number says otherwise, (1): one; "
-              "✗ not supported; – not tested; \"same as 1 device\": the largest difference between the "
+              "✗ refused here (the table above says why); – not tested; \"same as 1 device\": the largest difference between the "
               "strategies and one device (below).", "", *_grid_lines(spec, entry), "", *_parity_lines(spec, entry),
               "Every device at once: the [support grid](../support_matrix.md). Have this device? "
               "[Validate it](../validate_hardware.md).", ""]

@@ -47,6 +47,7 @@ from lightning_anyaccel.device.distributed import check_fork_safe
 from lightning_anyaccel.device.precision import align_precision_plugin, check_device_supports
 from lightning_anyaccel.front_ends import FrontEnd
 from lightning_anyaccel.strategies.errors import NotebookLaunchError, ShardingNotSupportedError
+from lightning_anyaccel.strategies.support import has_collectives
 
 
 class SetupTarget(Protocol):
@@ -374,7 +375,7 @@ def with_launch_check(setup: Setup, run: StepFunction) -> Setup:
 def check_collectives(strategy: ShardedTarget) -> None:
     """Refuse devices without collectives (e.g. ``mps``): sharding splits the model across processes."""
     spec = strategy.spec
-    if spec.backend is None:
+    if not has_collectives(spec):  # the pages ask the same (lightning_anyaccel.strategies.support)
         raise ShardingNotSupportedError(
             f"{strategy.sharding_name} splits the model across processes, but {spec.name}"
             f" ({strategy.device_type!r}) has no collective backend and runs one device per machine."
