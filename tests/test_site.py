@@ -587,7 +587,8 @@ def test_front_page_links_every_device_status_page(site, browser):
 
 def _users_pages() -> list[str]:
     """The built pages of the users' guide (docs/index.md's first toctree, the generated device pages and
-    the notebooks); the changelog is a record of the project's changes, not a guide page."""
+    the notebooks). The changelog, a record of how the project changed and was tested, is in the contributors'
+    guide: listed here, it would be checked as a users' page."""
     import re
 
     index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
@@ -596,8 +597,6 @@ def _users_pages() -> list[str]:
     names = [line.strip() for line in block.group(1).splitlines() if line.strip() and not line.startswith(":")]
     pages = []
     for name in names:
-        if name == "changelog":
-            continue
         pattern = name.lstrip("/") if name.startswith("/") else f"docs/{name}"
         pages += sorted(str(p.relative_to(HTML)) for p in HTML.glob(pattern + ".html"))
     pages += sorted(str(p.relative_to(HTML)) for p in (HTML / "docs" / "devices").glob("*.html"))
@@ -795,6 +794,74 @@ def test_troubleshooting_names_every_error_of_the_package(site):
     anchors = [cls.__name__.lower() for cls in LinkedError.__subclasses__()]
     assert not [a for a in anchors if f'id="{a}"' not in html], anchors
 
+
+
+#: Lightning's own queries that a user calls on the package's classes (``AnyMPIEnvironment.detect()``,
+#: ``AnyAccelerator.auto_device_count()``): the only overrides of Lightning's names the API page may document
+USER_QUERIES = {"detect", "is_available", "auto_device_count", "get_device_stats"}
+
+
+def api_entries(html: str) -> list[tuple[str, str, str]]:
+    """(kind, class, member) of every entry of an autodoc page: ``("method", "lightning_anyaccel.AnyAccelerator",
+    "setup")``; a class's or function's own entry has member ``""``."""
+    import re
+
+    entries, stack = [], []  # stack: per open <dl>, the class it documents (None for any other)
+    for tag in re.finditer(r'<dl class="py (\w+)">\s*<dt class="sig sig-object py"[^>]*>(.*?)</dt>|<dl[^>]*>|</dl>',
+                           html, re.S):
+        if tag.group(0) == "</dl>":
+            if stack:
+                stack.pop()
+            continue
+        if tag.group(1) is None:  # a field list, a definition list
+            stack.append(None)
+            continue
+        kind, signature = tag.group(1), tag.group(2)
+        prename = "".join(re.findall(r'sig-prename descclassname"><span class="pre">([^<]*)<', signature))
+        name = "".join(re.findall(r'sig-name descname"><span class="pre">([^<]*)<', signature))
+        owner = next((c for c in reversed(stack) if c), None)
+        if owner and kind in ("method", "attribute", "property"):
+            entries.append((kind, owner, name))
+        else:
+            entries.append((kind, prename + name, ""))
+        stack.append(prename + name if kind in ("class", "exception") else None)
+    return entries
+
+
+def lightning_overrides(entries: list[tuple[str, str, str]]) -> list[str]:
+    """The documented members that override a name of a base class from outside the package (a Lightning
+    hook such as ``setup`` or ``set_world_size``: Lightning calls it, the user does not), but the user's queries."""
+    import importlib
+
+    found = []
+    for _, owner, member in entries:
+        if not member or member in USER_QUERIES:
+            continue
+        module, _, cls_name = owner.rpartition(".")
+        cls = getattr(importlib.import_module(module), cls_name)
+        if any(member in vars(base) for base in cls.__mro__[1:]
+               if base is not object and not base.__module__.startswith("lightning_anyaccel")):
+            found.append(f"{owner}.{member}")
+    return found
+
+
+def test_the_api_page_documents_what_a_user_calls(site):
+    """docs/api.md lists what a user imports and calls: no Lightning hook the classes override, no command's
+    ``main``, no internal base class (``Bases: AnyAcceleratorMixin``) and no private module in its prose."""
+    import re
+
+    html = (HTML / "docs" / "api.html").read_text(encoding="utf-8")
+    entries = api_entries(html)
+    assert len(entries) >= 40 and ("class", "lightning_anyaccel.AnyDDPStrategy", "") in entries, entries[:10]
+    assert not lightning_overrides(entries), f"Lightning hooks on the API page: {lightning_overrides(entries)}"
+    assert not [e for e in entries if e[2] == "main" or e[1].endswith(".main")], "a command's main() is not an API"
+    bases = [re.sub(r"<[^>]+>", "", b) for b in re.findall(r"Bases: (.*?)</p>", html, re.S)]
+    assert bases and not [b for b in bases if "Mixin" in b or re.search(r"(^|, )_", b)], bases
+    text = _page_texts()["docs/api.html"]
+    assert not re.findall(r"lightning_anyaccel\._\w+", text), re.findall(r"lightning_anyaccel\._[\w.()]+", text)
+    # the check can fail: the AnyAccelerator class of the package overrides Lightning's setup and teardown
+    made_up = [("class", "lightning_anyaccel.AnyAccelerator", ""), ("method", "lightning_anyaccel.AnyAccelerator", "setup")]
+    assert lightning_overrides(made_up) == ["lightning_anyaccel.AnyAccelerator.setup"]
 
 
 @pytest.mark.timeout(NBMAKE_TIMEOUT_S + 120)
