@@ -136,6 +136,8 @@ html_theme = "furo"
 html_title = f"lightning-anyaccel {release}"
 html_static_path = ["docs/_static"]
 html_css_files = ["anyaccel.css"]
+# tables, titles and code blocks break lines between words only (docs/_static/anyaccel-nobreak.js)
+html_js_files = ["anyaccel-nobreak.js"]
 html_copy_source = False
 html_show_sourcelink = False
 html_baseurl = SITE_URL                    # <link rel="canonical"> on every page, and the sitemap's URLs

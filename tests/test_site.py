@@ -48,9 +48,11 @@ from _browser import CHROMIUM, launched_chromium  # noqa: E402
 
 BUILD_TIMEOUT_S = 540
 SOURCES = ["conf.py", "docs", "notebooks", "src", "CHANGELOG.md", "benchmarks/results", "scripts/launch", "pyproject.toml"]
-NOTEBOOK_PAGES = ["01_verify_environment", "02_single_card", "03_multi_card", "04_multi_node", "05_finetune_transformer"]
-#: notebooks whose last figure must be on the page (every notebook ends in a picture)
-NOTEBOOKS_WITH_PLOTS = NOTEBOOK_PAGES
+#: every notebook of notebooks/ (a new one is looked at without being listed here)
+NOTEBOOK_PAGES = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+#: notebooks whose last figure must be on the page (the tutorial's first five end in a picture)
+NOTEBOOKS_WITH_PLOTS = ["01_verify_environment", "02_single_card", "03_multi_card", "04_multi_node",
+                        "05_finetune_transformer"]
 #: the downloaded notebook that runs with nbmake in a fresh directory (the shortest that installs what is
 #: missing and writes the files it imports; tests/test_lab.py runs every notebook from a fresh directory)
 NBMAKE_NOTEBOOK = "01_verify_environment"
@@ -677,12 +679,47 @@ LAYOUT_JS = """() => {
         (n.parentElement.closest('code') && !n.parentElement.closest('table'))
             ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
     const range = document.createRange();
+    // the lines a range is laid out on: its boxes (text, and the code elements it crosses, whose padding makes
+    // their tops differ from the text's) grouped by vertical overlap
+    const lines = () => {
+        const boxes = [...range.getClientRects()].filter(r => r.width > 0).sort((a, b) => a.top - b.top);
+        let count = 0, bottom = -Infinity;
+        for (const r of boxes) {
+            if (r.top >= bottom - 2) { count++; bottom = r.bottom; } else bottom = Math.max(bottom, r.bottom);
+        }
+        return count;
+    };
     for (let node = walker.nextNode(); node && problems.length < 8; node = walker.nextNode()) {
         for (const m of node.textContent.matchAll(/[\p{L}\p{N}]{2,}/gu)) {
             range.setStart(node, m.index);
             range.setEnd(node, m.index + m[0].length);
-            const tops = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
-            if (tops.size > 1) { problems.push('word broken mid-word: ' + m[0]); break; }
+            if (lines() > 1) { problems.push('word broken mid-word: ' + m[0]); break; }
+        }
+    }
+    // in tables, titles and code blocks a whole token ("GPT-2", "2026-11-28", "--index-url", up to TOKEN
+    // characters: a longer one may have to wrap) stays on one line, read across the elements of its cell,
+    // title or code block
+    const TOKEN = 30, blocks = new Map();
+    for (const zone of article.querySelectorAll('table, h1, h2, h3, h4, pre')) {
+        const texts = document.createTreeWalker(zone, NodeFilter.SHOW_TEXT);
+        for (let node = texts.nextNode(); node; node = texts.nextNode()) {
+            if (node.parentElement.closest('.headerlink, script, style')) continue;
+            const block = node.parentElement.closest('td, th, p, li, dt, dd, h1, h2, h3, h4, pre, div');
+            if (!blocks.has(block)) blocks.set(block, new Set());
+            blocks.get(block).add(node);
+        }
+    }
+    for (const nodes of blocks.values()) {
+        const list = [...nodes], starts = [];
+        let text = '';
+        for (const node of list) { starts.push(text.length); text += node.textContent; }
+        const at = i => { let k = starts.length - 1; while (starts[k] > i) k--; return [list[k], i - starts[k]]; };
+        for (const m of text.matchAll(/\S{2,}/gu)) {
+            if (m[0].length > TOKEN || problems.length >= 12) continue;
+            range.setStart(...at(m.index));
+            range.setEnd(...at(m.index + m[0].length - 1));
+            range.setEnd(range.endContainer, range.endOffset + 1);
+            if (lines() > 1) problems.push('token broken inside: ' + m[0]);
         }
     }
     return problems;
@@ -690,7 +727,7 @@ LAYOUT_JS = """() => {
 
 
 def _looked_at_pages() -> list[str]:
-    pages = ["docs/index.html", "docs/support_matrix.html"]
+    pages = ["docs/index.html", "docs/support_matrix.html", "docs/installation.html"]
     # the pages users read when a run fails or a vendor validates, and the API reference
     pages += [f"docs/{name}.html" for name in ("troubleshooting", "faults", "validate_hardware", "scale_out", "api")]
     pages += sorted(str(p.relative_to(HTML)) for p in (HTML / "docs" / "devices").glob("*.html"))
@@ -700,10 +737,11 @@ def _looked_at_pages() -> list[str]:
 
 @pytest.mark.parametrize("width", [1400, 400])
 def test_layout_in_chromium_at_desktop_and_phone_width(site, browser, width, tmp_path):
-    """The landing page, the support grid, the troubleshooting, faults, validation, scale-out and API pages,
-    every device page and every notebook page, screenshot at the
-    width: no word broken inside itself, no table wider than its box without a scrollbar, no sideways
-    scrolling. The screenshots go to ``$ANYACCEL_SCREENSHOTS`` (else the test's temporary folder)."""
+    """The landing page, the support grid, the installation, troubleshooting, faults, validation, scale-out and
+    API pages, every device page and every notebook page, screenshot at the width: no word broken inside
+    itself, no token of a table, title or code block broken inside itself, no table wider than its box without
+    a scrollbar, no sideways scrolling; the support grid in the first screen, and at 1400 px every column of
+    it in view. The screenshots go to ``$ANYACCEL_SCREENSHOTS`` (else the test's temporary folder)."""
     shots = Path(os.environ.get("ANYACCEL_SCREENSHOTS", tmp_path))
     shots.mkdir(parents=True, exist_ok=True)
     context = browser.new_context(viewport={"width": width, "height": 900})
@@ -721,12 +759,27 @@ def test_layout_in_chromium_at_desktop_and_phone_width(site, browser, width, tmp
             if found:
                 problems[rel] = found
         assert not problems, f"{width}px wide: {problems}"
+        # the support grid: in the first screen at 400 px, every column in view at 1400 px
+        page.goto(urljoin(site, "docs/support_matrix.html"), wait_until="load")
+        grid = page.evaluate("""() => { const t = document.querySelector('table.anyaccel-grid');
+            const r = t.getBoundingClientRect(), box = t.parentElement.getBoundingClientRect();
+            return {top: r.top, width: r.width, box: box.width, screen: innerHeight}; }""")
+        assert grid["top"] < grid["screen"] - 200, f"{width}px: the grid starts at {grid['top']:.0f}px of {grid['screen']}"
+        if width >= 1400:
+            assert grid["width"] <= grid["box"] + 1, f"{width}px: the grid ({grid['width']:.0f}px) is cut at {grid['box']:.0f}px"
         # the check can fail: a table cell that breaks words, squeezed into a narrow box
         page.goto(urljoin(site, "docs/support_matrix.html"), wait_until="load")
         page.evaluate("""() => { const t = document.querySelector('table.anyaccel-grid');
             t.parentElement.style.overflowX = 'visible'; t.style.width = '60px';
             for (const c of t.querySelectorAll('td, th')) { c.style.overflowWrap = 'anywhere'; c.style.whiteSpace = 'normal'; } }""")
         assert any("mid-word" in p for p in page.evaluate(LAYOUT_JS))
+        # and a token of a table that may break after its hyphen, in a cell squeezed narrower than it
+        page.goto(urljoin(site, "docs/support_matrix.html"), wait_until="load")
+        page.evaluate("""() => { const cell = document.querySelector('table.anyaccel-grid td');
+            cell.parentElement.closest('table').parentElement.style.overflowX = 'visible';
+            cell.textContent = 'GPT-2 2026-11-28'; cell.style.width = '1px'; cell.style.minWidth = '0';
+            cell.style.whiteSpace = 'normal'; }""")
+        assert any("token broken inside" in p for p in page.evaluate(LAYOUT_JS)), page.evaluate(LAYOUT_JS)
     finally:
         context.close()
 
