@@ -19,7 +19,6 @@ LitGPT's checkpoint (a model built from a config, a tokenizer made from a word l
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import site
