@@ -257,8 +257,9 @@ $(COMPAT_DIR)/torch-%/.installed: requirements/torch-%.lock $(LOCK) requirements
 
 # LitGPT's own command line (tests/test_programs.py) runs in an environment of its own: LitGPT caps
 # huggingface-hub below 1.4, the transformers of $(LOCK) needs a newer one (requirements/litgpt.in).
-# Built like the oldest end: the same torch release as the main environment, $(LITGPT_LOCK) with every
-# hash checked, then the package (editable, with its start-up hook); it must be consistent (uv pip check).
+# Built like the oldest end: $(TORCH_SPEC) (the main environment's torch where make installed it; the test
+# trains on the emulated device, which needs a CPU build), $(LITGPT_LOCK) with every hash checked, then the
+# package (editable, with its start-up hook); it must be consistent (uv pip check).
 LITGPT_LOCK := requirements/litgpt.lock
 LITGPT_ENV := $(COMPAT_DIR)/litgpt
 export ANYACCEL_LITGPT_PYTHON ?= $(abspath $(LITGPT_ENV))/bin/python
