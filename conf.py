@@ -114,7 +114,9 @@ nbsphinx_prolog = r"""
     "BRANCH", BRANCH)
 
 # ---- API reference ---------------------------------------------------------------------------
-autodoc_default_options = {"members": True, "show-inheritance": True}
+# Members only where a directive names them (`:members: a, b`): the API page lists what a user calls, never
+# the Lightning hooks the classes override (Lightning calls those; tests/test_site.py checks the page).
+autodoc_default_options = {"show-inheritance": True}
 autodoc_member_order = "bysource"
 autodoc_inherit_docstrings = False     # Lightning's own docstrings are documented by Lightning
 autodoc_typehints = "description"
@@ -134,6 +136,8 @@ html_theme = "furo"
 html_title = f"lightning-anyaccel {release}"
 html_static_path = ["docs/_static"]
 html_css_files = ["anyaccel.css"]
+# tables, titles and code blocks break lines between words only (docs/_static/anyaccel-nobreak.js)
+html_js_files = ["anyaccel-nobreak.js"]
 html_copy_source = False
 html_show_sourcelink = False
 html_baseurl = SITE_URL                    # <link rel="canonical"> on every page, and the sitemap's URLs
@@ -178,6 +182,15 @@ def _prepare_notebook(app, docname: str, source: list[str]) -> None:
     source[0] = re.sub(re.escape(HOSTED_DOCS) + r"([\w/-]+)\.html", r"../docs/\1.md", source[0])
 
 
+def _public_bases(app, name, obj, options, bases) -> None:
+    """A class's "Bases:" line names Lightning's public classes and the package's exported ones, never an
+    internal mixin (``AnyAcceleratorMixin``, ...), a private base or ``object``."""
+    bases[:] = [b for b in bases if b is not object and not getattr(b, "__name__", "").startswith("_")
+                and (not getattr(b, "__module__", "").startswith("lightning_anyaccel")
+                     or b.__name__ in lightning_anyaccel.__all__)]
+
+
 def setup(app) -> None:
+    app.connect("autodoc-process-bases", _public_bases)
     # before anyaccel_docs' link check (priority 500), which reads the same source
     app.connect("source-read", _prepare_notebook, priority=400)

@@ -220,12 +220,13 @@ DDP_TIMEOUT = 280
 
 
 def run_python(args: list[str], *, timeout: float = 180, cwd: Path | None = None,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python <args>`` with a hard timeout; on timeout the whole process group is killed (a test failure)."""
+               env: dict[str, str] | None = None, python: str | Path = sys.executable) -> subprocess.CompletedProcess[str]:
+    """Run ``python <args>`` (this interpreter unless ``python`` names another environment's) with a hard timeout;
+    on timeout the whole process group is killed (a test failure)."""
     from lightning_anyaccel.tools.local_runs import run_bounded  # not at import: the device under test is set up first
 
     try:
-        return run_bounded([sys.executable, *args], timeout=timeout, cwd=cwd or ROOT, env={**os.environ, **(env or {})})
+        return run_bounded([str(python), *args], timeout=timeout, cwd=cwd or ROOT, env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired as late:
         raise AssertionError(f"python {' '.join(args)} did not finish in {timeout}s:\n{(late.output or '')[-4000:]}") from None
 

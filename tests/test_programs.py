@@ -10,7 +10,7 @@ LitGPT's checkpoint (a model built from a config, a tokenizer made from a word l
   overrides and no accelerator: ``Trainer()`` trains DDP on both devices. Written for ``lightning``,
   and the same file with ``pytorch_lightning`` imports, whose config names the package's strategy
   by class path;
-- LitGPT, a widely used Lightning application (installed from the lock by ``make install``: requirements/dev.in),
+- LitGPT, a widely used Lightning application (in an environment of its own, ``make litgpt-env``: requirements/litgpt.in),
   through its own command line (``litgpt finetune_full ... --devices 2``): it builds Lightning's
   ``FSDPStrategy(...)`` itself, which trains on the device as the package's FSDP;
 - the LightningCLI application again, its 2 ranks started by MPICH's ``mpiexec``, Open MPI's ``mpirun``,
@@ -19,7 +19,6 @@ LitGPT's checkpoint (a model built from a config, a tokenizer made from a word l
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import site
@@ -173,51 +172,40 @@ def test_the_variable_reaches_every_task_srun_starts(tmp_path, monkeypatch):
 
 # ----- LitGPT ---------------------------------------------------------------------------------------------------
 
-WORDS = "the a cat dog bird fox sat ran flew hid on under near mat log tree red blue green".split()
+
+def _litgpt_python() -> Path:
+    """The interpreter of LitGPT's own environment (``make litgpt-env``, requirements/litgpt.in): LitGPT caps
+    huggingface-hub below what the main environment's transformers needs, so it is not installed there."""
+    python = Path(os.environ.get("ANYACCEL_LITGPT_PYTHON") or ROOT / ".compat" / "litgpt" / "bin" / "python")
+    if not python.exists():
+        pytest.skip(f"LitGPT runs in an environment of its own, not built at {python}: `make litgpt-env`")
+    if not list(python.parent.parent.glob(f"lib/python*/site-packages/{HOOK}")):
+        pytest.fail(f"{HOOK} is not installed in {python.parent.parent}: rebuild it (`make litgpt-env`)")
+    return python
 
 
-def _litgpt_checkpoint(root: Path) -> tuple[Path, Path]:
-    """A tiny LitGPT checkpoint (config, random weights, a word-level tokenizer) and instruction data, made here."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("litgpt", reason="LitGPT is installed by make install (requirements/dev.in)")
-    from litgpt import GPT, Config
-    from litgpt.utils import save_config
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    checkpoint = root / "tiny-llama"
-    checkpoint.mkdir()
-    records = [{"instruction": f"where is the {animal}", "input": "", "output": f"the {animal} {verb} on the mat"}
-               for animal in WORDS[2:6] for verb in WORDS[6:10]]
-    data = root / "data.json"
-    data.write_text(json.dumps(records))
-    # the words of the data; the prompt template's other words become <unk>
-    vocab = {token: i for i, token in enumerate(["<unk>", "<s>", "</s>", *WORDS, "where", "is"])}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.save(str(checkpoint / "tokenizer.json"))
-    (checkpoint / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "add_bos_token": False}))
-    config = Config(name="tiny-llama", block_size=128, vocab_size=len(vocab), padded_vocab_size=64, n_layer=2,
-                    n_head=2, n_embd=32, intermediate_size=64, rotary_percentage=1.0, parallel_residual=False,
-                    bias=False, norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP")
-    save_config(config, checkpoint)
-    torch.manual_seed(0)
-    torch.save(GPT(config).state_dict(), checkpoint / "lit_model.pth")
-    return checkpoint, data
+def _litgpt_checkpoint(python: Path, root: Path) -> tuple[Path, Path]:
+    """A tiny LitGPT checkpoint (config, random weights, a word-level tokenizer) and instruction data, made by
+    tests/_litgpt_checkpoint.py in LitGPT's environment."""
+    proc = run_python([str(Path(__file__).with_name("_litgpt_checkpoint.py")), str(root)], python=python,
+                      env={"PYTHONPATH": ""})
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    return root / "tiny-llama", root / "data.json"
 
 
 def test_litgpt_finetunes_on_the_device_through_its_own_command_line(tmp_path):
     """``litgpt finetune_full ... --devices 2``: LitGPT's own ``FSDPStrategy(...)`` trains on both hpu devices as the
     package's FSDP, in LitGPT's default precision (bf16-mixed where there is no CUDA), and saves its checkpoint."""
-    checkpoint, data = _litgpt_checkpoint(tmp_path)
-    litgpt = Path(sys.executable).parent / "litgpt"
+    python = _litgpt_python()
+    checkpoint, data = _litgpt_checkpoint(python, tmp_path)
+    litgpt = python.parent / "litgpt"
     out_dir = tmp_path / "out"
     args = ["finetune_full", str(checkpoint), "--out_dir", str(out_dir), "--devices", "2",
             "--data", "JSON", "--data.json_path", str(data), "--data.val_split_fraction", "0.25",
             "--data.num_workers", "0", "--train.global_batch_size", "4", "--train.micro_batch_size", "2",
             "--train.max_steps", "6", "--train.epochs", "10", "--train.lr_warmup_steps", "1",
             "--eval.interval", "1000", "--eval.initial_validation", "false", "--logger_name", "csv"]
-    proc = run_python([str(litgpt), *args], env=_program_env(), cwd=tmp_path, timeout=DDP_TIMEOUT)
+    proc = run_python([str(litgpt), *args], env=_program_env(), cwd=tmp_path, timeout=DDP_TIMEOUT, python=python)
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:]
     assert "lightning-anyaccel: the program's FSDPStrategy(...) trains on 'hpu' as the package's AnyFSDPStrategy with" \
