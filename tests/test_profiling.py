@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import AUTOLOAD, SRC, TESTS, run_python
+from conftest import AUTOLOAD, ROOT, SRC, TESTS, run_python
 
 #: The line the package logs where torch records no activity of the device (device/profiling.py).
 HOST_ONLY = "records no {device} activity"
@@ -98,6 +98,8 @@ def test_emulated_npu_reports_its_time_or_says_it_can_not(tmp_path, spec):
     lines = [line for line in proc.stdout.splitlines() if HOST_ONLY.format(device="npu") in line]
     if "noprofiler" in spec:
         assert len(lines) == 1 and result["activities"] == ["CPU"] and "Self NPU" not in result["report"], proc.stdout[-4000:]
+        shown = (ROOT / "docs" / "profiling.md").read_text().split("```text\n", 1)[1].split("\n```", 1)[0]
+        assert lines[0].strip().endswith(shown), (lines[0], shown)  # the page shows the line as it is logged
         return
     assert not lines
     check_device_time(result, "npu")
