@@ -13,6 +13,7 @@ automatic strategy; device types Lightning has no accelerator for (xpu, hpu, ...
 from __future__ import annotations
 
 import cProfile
+import functools
 import pstats
 import timeit
 from collections.abc import Callable
@@ -161,7 +162,7 @@ def run(device_type: str, *, reps: int = 20, warmup: int = 10, measure: int = 15
         if other in samples:
             result["ratios"][f"plugin/{other}"]["calls_per_step"] = calls["plugin"] / calls[other]
     # no profiler work unless asked: torch.profiler sessions one short fit of each plugin variant starts
-    result["profiler_sessions"] = {name: profiler_sessions(lambda fn=variants[name]: fn(0))
+    result["profiler_sessions"] = {name: profiler_sessions(functools.partial(variants[name], 0))
                                    for name in ("plugin", "plugin+profiler")}
     result["watchdog"] = watchdog_cost(result["steps_per_s"]["plugin"]["median"], _progress_calls(workload, 0))
     if "builtin" in samples:
