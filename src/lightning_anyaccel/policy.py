@@ -342,10 +342,11 @@ def fit_profiler(trainer: Any) -> None:
     """
     from lightning_anyaccel.device.profiling import profiler_plan
 
-    profiler = getattr(trainer, "profiler", None)
-    arguments = _lightning.constructor_arguments(profiler)
-    device_type = trainer.accelerator.device_type
-    if arguments is None or get_spec(device_type).lightning_builtin is not None:
+    arguments = _lightning.constructor_arguments(getattr(trainer, "profiler", None))
+    if arguments is None:  # no profiler asked for (PassThroughProfiler), another profiler, a subclass
+        return
+    profiler, device_type = trainer.profiler, trainer.accelerator.device_type
+    if get_spec(device_type).lightning_builtin is not None:
         return
     given = arguments[1]
     plan = profiler_plan(device_type)
