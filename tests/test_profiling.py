@@ -80,15 +80,30 @@ def check_device_time(result: dict[str, Any], device_type: str) -> None:
 SCRIPT = """
 import json, sys
 from pathlib import Path
-from test_profiling import profile_fit
-print("RESULT " + json.dumps(profile_fit(Path(sys.argv[1]))))
+from test_profiling import fabric_device_time, profile_fit
+print("RESULT " + json.dumps({**profile_fit(Path(sys.argv[1])), "fabric_device_us": fabric_device_time()}))
 """
+
+
+def fabric_device_time() -> float:
+    """A Fabric loop under ``torch.profiler`` with ``profiler_activities(fabric.device)``: the device's microseconds."""
+    import torch
+    from lightning.fabric import Fabric
+
+    from lightning_anyaccel import profiler_activities
+
+    fabric = Fabric(accelerator="any", devices=1)
+    model = fabric.setup_module(torch.nn.Linear(64, 8))
+    with torch.profiler.profile(activities=profiler_activities(fabric.device)) as prof:
+        fabric.backward(model(torch.randn(32, 64, device=fabric.device)).sum())
+    return float(sum(e.self_device_time_total for e in prof.key_averages()))
 
 
 @pytest.mark.parametrize("spec", ["npu:1", "npu:1:noprofiler"])
 def test_emulated_npu_reports_its_time_or_says_it_can_not(tmp_path, spec):
     """The emulated npu registers a Kineto activity profiler as a native backend does: the fit's report has
-    "Self NPU"/"NPU total" filled. Without it, one line says the profiler records the host only."""
+    "Self NPU"/"NPU total" filled, and a Fabric loop under torch.profiler with ``profiler_activities`` records the
+    device's time. Without it, one line says the profiler records the host only."""
     env = {**{k: v for k, v in os.environ.items() if k != "LIGHTNING_ANYACCEL_EMULATE"},
            "LIGHTNING_ANYACCEL_EMULATE": spec, "PYTHONPATH": os.pathsep.join([str(AUTOLOAD), str(TESTS), str(SRC)])}
     proc = run_python(["-c", SCRIPT, str(tmp_path)], env=env, cwd=tmp_path, timeout=240)
@@ -100,7 +115,9 @@ def test_emulated_npu_reports_its_time_or_says_it_can_not(tmp_path, spec):
         assert len(lines) == 1 and result["activities"] == ["CPU"] and "Self NPU" not in result["report"], proc.stdout[-4000:]
         shown = (ROOT / "docs" / "profiling.md").read_text().split("```text\n", 1)[1].split("\n```", 1)[0]
         assert lines[0].strip().endswith(shown), (lines[0], shown)  # the page shows the line as it is logged
+        assert result["fabric_device_us"] == 0
         return
     assert not lines
     check_device_time(result, "npu")
+    assert result["fabric_device_us"] > 0
 
