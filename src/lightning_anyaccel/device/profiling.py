@@ -49,7 +49,7 @@ def profiler_plan(device_type: str) -> ProfilerPlan:
     supported = torch.profiler.supported_activities()
     recorded = device in supported
     if device is activity.PrivateUse1 and recorded:  # listed for every renamed backend: ask who records it
-        recorded = _lightning.privateuse1_profiler_registered() is not False
+        recorded = _lightning.privateuse1_profiler_registered() is True  # None: a torch without the registry
     if device is None or not recorded:
         reason = (f"lightning-anyaccel: this torch records no {device_type} activity (its backend registered no activity"
                   " profiler with torch.profiler); the profiler reports host time only.")

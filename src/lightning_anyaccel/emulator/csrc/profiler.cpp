@@ -10,29 +10,51 @@
 // The time is the emulator's: how long its CPU kernel or copy took on the host, not what a
 // vendor's device would take.
 
+#include <c10/core/Device.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+// torch's registry of PrivateUse1 activity profilers arrived after the package's torch floor: with an
+// older torch the device records nothing and torch.profiler records the host only.
+#if __has_include(<torch/csrc/profiler/standalone/privateuse1_profiler.h>) && __has_include(<GenericTraceActivity.h>)
+#define EMULATOR_PROFILER 1
+#endif
+
+#ifdef EMULATOR_PROFILER
 #ifndef USE_KINETO
 #define USE_KINETO  // torch's wheels are built with Kineto; its headers declare the registry only then
 #endif
 
-#include <c10/core/Device.h>
-#include <c10/util/Exception.h>
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 
 #include <GenericTraceActivity.h>
 #include <IActivityProfiler.h>
 #include <libkineto.h>  // CpuTraceBuffer
 #include <output_base.h>
-#include <time_since_epoch.h>
 
 #include <atomic>
-#include <chrono>
 #include <memory>
 #include <mutex>
 #include <set>
-#include <string>
 #include <vector>
+#endif
 
 namespace emulator::profiling {
+
+int64_t now_ns() {  // Kineto's clock: nanoseconds since the epoch
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+#ifndef EMULATOR_PROFILER
+
+bool recording() { return false; }
+void record(const std::string&, c10::DeviceIndex, int64_t, int64_t, bool) {}
+void register_profiler() {}
+
+#else
 
 namespace {
 
@@ -139,8 +161,6 @@ class ActivityProfiler : public libkineto::IActivityProfiler {
 
 }  // namespace
 
-int64_t now_ns() { return libkineto::timeSinceEpoch(std::chrono::system_clock::now()); }
-
 bool recording() { return g_recording.load(std::memory_order_relaxed); }
 
 void record(const std::string& name, c10::DeviceIndex device, int64_t start_ns, int64_t end_ns, bool copy) {
@@ -158,5 +178,7 @@ void register_profiler() {
         []() -> std::unique_ptr<libkineto::IActivityProfiler> { return std::make_unique<ActivityProfiler>(); });
   });
 }
+
+#endif  // EMULATOR_PROFILER
 
 }  // namespace emulator::profiling
