@@ -190,7 +190,7 @@ _INIT_PROFILER = ("lightning.pytorch.trainer.setup", "_init_profiler")
 
 
 def install_profiler_hook(distribution: Distribution, policy: ConnectorPolicy) -> None:
-    """Let ``policy.fit_profiler`` fit the profiler of a Trainer with the package's accelerator to its device (idempotent).
+    """Let ``policy.fit_profiler`` fit a Trainer's profiler to the device of the package's accelerator (idempotent).
 
     ``Trainer.__init__`` builds its profiler (``profiler="pytorch"`` or the user's ``PyTorchProfiler(...)``) in
     ``setup._init_profiler(trainer, profiler)``, after its accelerator. Lightning's ``PyTorchProfiler`` records the
