@@ -74,7 +74,8 @@ def test_trainer_profiler_records_the_device(tmp_path, request, device, device_t
 
 
 def check_device_time(result: dict[str, Any], device_type: str) -> None:
-    """The report has the device's columns, sorted by its time; operators' device time is there and fits their host time."""
+    """The report has the device's columns, sorted by its time; operators' device time is there, within their host
+    time."""
     label = device_type.upper()
     assert result["sort_by"] == "device_time_total" and len(result["activities"]) == 2, result
     assert f"Self {label}" in result["report"] and f"{label} total" in result["report"], result["report"][:3000]
@@ -121,7 +122,8 @@ def test_emulated_npu_reports_its_time_or_says_it_can_not(tmp_path, spec):
     assert result["device"] == "npu"
     lines = [line for line in proc.stdout.splitlines() if HOST_ONLY.format(device="npu") in line]
     if "noprofiler" in spec:
-        assert len(lines) == 1 and result["activities"] == ["CPU"] and "Self NPU" not in result["report"], proc.stdout[-4000:]
+        assert len(lines) == 1 and result["activities"] == ["CPU"], proc.stdout[-4000:]
+        assert "Self NPU" not in result["report"], result["report"][:3000]
         shown = (ROOT / "docs" / "profiling.md").read_text().split("```text\n", 1)[1].split("\n```", 1)[0]
         assert lines[0].strip().endswith(shown), (lines[0], shown)  # the page shows the line as it is logged
         assert result["fabric_device_us"] == 0

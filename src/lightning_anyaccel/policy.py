@@ -331,7 +331,7 @@ def log_unused_devices(trainer: Any) -> None:
 
 
 def fit_profiler(trainer: Any) -> None:
-    """``profiler="pytorch"`` and ``PyTorchProfiler(...)`` on the package's accelerator: record the device's own activity.
+    """``profiler="pytorch"`` and ``PyTorchProfiler(...)`` on the package's accelerator: the device's own activity.
 
     Lightning's ``PyTorchProfiler`` records the host, and CUDA where CUDA is available. On a device
     Lightning has no accelerator of its own for (``xpu``, ``hpu``, ``npu``, ...), this adds the device's

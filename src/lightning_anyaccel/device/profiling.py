@@ -1,9 +1,9 @@
 """What ``torch.profiler`` records on a device type: the host and the device's own activity.
 
 The device's activity is the device table's ``profiler_activity`` (``XPU``, ``HPU``, ``PrivateUse1``,
-...), recorded where this process's torch can record it (``torch.profiler.supported_activities()``:
-a vendor's torch registers it; for a PrivateUse1 backend, an activity profiler registered with torch). Where it can not, the profiler records the host only and
-:func:`profiler_plan` says so in one line.
+...), recorded where this process's torch can record it (``torch.profiler.supported_activities()``: a
+vendor's torch registers it; for a PrivateUse1 backend, an activity profiler registered with torch).
+Where it can not, the profiler records the host only and :func:`profiler_plan` says so in one line.
 
 Example (a Fabric or plain PyTorch loop; on the emulated ``npu`` the activities are ``CPU`` and ``NPU``)::
 
@@ -51,8 +51,8 @@ def profiler_plan(device_type: str) -> ProfilerPlan:
     if device is activity.PrivateUse1 and recorded:  # listed for every renamed backend: ask who records it
         recorded = _lightning.privateuse1_profiler_registered() is True  # None: a torch without the registry
     if device is None or not recorded:
-        reason = (f"lightning-anyaccel: this torch records no {device_type} activity (its backend registered no activity"
-                  " profiler with torch.profiler); the profiler reports host time only.")
+        reason = (f"lightning-anyaccel: this torch records no {device_type} activity (its backend registered no"
+                  " activity profiler with torch.profiler); the profiler reports host time only.")
         return ProfilerPlan([activity.CPU], HOST_SORT_KEY, reason)
     return ProfilerPlan([activity.CPU, device], DEVICE_SORT_KEY)
 
