@@ -13,6 +13,7 @@ automatic strategy; device types Lightning has no accelerator for (xpu, hpu, ...
 from __future__ import annotations
 
 import cProfile
+import functools
 import pstats
 import timeit
 from collections.abc import Callable
@@ -28,21 +29,28 @@ GOAL = 0.99
 
 
 def _fit(accelerator: Any, strategy: Any, w: Workload, warmup: int, measure: int,
-         seed: int, count_calls: bool = False) -> tuple[tuple[float, float], str]:
+         seed: int, count_calls: bool = False, profiled: bool = False) -> tuple[tuple[float, float], str]:
     """Train one Trainer for ``warmup + measure`` steps; return ((steps/s, steps/CPU-s), class names).
 
     With ``count_calls`` the first number is function calls per step instead (profiled, not timed).
+    ``profiled``: under Lightning's ``PyTorchProfiler`` (what ``profiler="pytorch"`` builds), its report and
+    trace written to a temporary folder.
     """
+    import tempfile
+
     from lightning.pytorch import Trainer
+    from lightning.pytorch.profilers import PyTorchProfiler
 
     torch.manual_seed(seed)
     timer = ProfiledSteps(warmup, measure) if count_calls else StepTimer(warmup, measure)
-    trainer = Trainer(
-        accelerator=accelerator, strategy=strategy, devices=1, max_steps=warmup + measure, max_epochs=1,
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, callbacks=[timer],
-    )
-    trainer.fit(BenchModule(w), make_loader(w, warmup + measure, seed))
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as folder:
+        trainer = Trainer(
+            accelerator=accelerator, strategy=strategy, devices=1, max_steps=warmup + measure, max_epochs=1,
+            logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+            num_sanity_val_steps=0, callbacks=[timer],
+            profiler=PyTorchProfiler(dirpath=folder, filename="report") if profiled else None,
+        )
+        trainer.fit(BenchModule(w), make_loader(w, warmup + measure, seed))
     if isinstance(timer, ProfiledSteps):
         numbers = (timer.calls_per_step, 0.0)
     else:
@@ -76,6 +84,23 @@ def _progress_calls(w: Workload, seed: int) -> float:
     return (watchdog._counter[0] - before) / 20
 
 
+def profiler_sessions(fit: Callable[[], Any]) -> int:
+    """How many ``torch.profiler`` sessions ``fit()`` started (the plugin without ``profiler=`` must start none)."""
+    started = [0]
+    original = torch.profiler.profile.start
+
+    def start(self: Any) -> None:
+        started[0] += 1
+        original(self)
+
+    torch.profiler.profile.start = start  # type: ignore[method-assign]
+    try:
+        fit()
+    finally:
+        torch.profiler.profile.start = original  # type: ignore[method-assign]
+    return started[0]
+
+
 def run(device_type: str, *, reps: int = 20, warmup: int = 10, measure: int = 150,
         workload: Workload = OVERHEAD, threads: int = 1) -> dict[str, Any]:
     """Run the interleaved comparison and return the ``overhead`` section of the results file."""
@@ -91,6 +116,11 @@ def run(device_type: str, *, reps: int = 20, warmup: int = 10, measure: int = 15
     def plugin(seed: int, count_calls: bool = False) -> tuple[float, float]:
         sps, classes["plugin"] = _fit(AnyAccelerator(device_type), "any_single", workload, warmup, measure, seed,
                                       count_calls)
+        return sps
+
+    def plugin_profiled(seed: int, count_calls: bool = False) -> tuple[float, float]:
+        sps, classes["plugin+profiler"] = _fit(AnyAccelerator(device_type), "any_single", workload, warmup, measure,
+                                               seed, count_calls, profiled=True)
         return sps
 
     def lightning_builtin(seed: int, count_calls: bool = False) -> tuple[float, float]:
@@ -109,6 +139,7 @@ def run(device_type: str, *, reps: int = 20, warmup: int = 10, measure: int = 15
     if builtin is not None:
         variants["builtin"] = lightning_builtin
     variants["plain"] = plain
+    variants["plugin+profiler"] = plugin_profiled  # what asking for the profiler costs, beside what not asking does
 
     # one untimed round (first-use costs land here) that counts function calls per step:
     # deterministic, so machine load cannot blur it
@@ -130,6 +161,9 @@ def run(device_type: str, *, reps: int = 20, warmup: int = 10, measure: int = 15
     for other in ("builtin", "plain"):
         if other in samples:
             result["ratios"][f"plugin/{other}"]["calls_per_step"] = calls["plugin"] / calls[other]
+    # no profiler work unless asked: torch.profiler sessions one short fit of each plugin variant starts
+    result["profiler_sessions"] = {name: profiler_sessions(functools.partial(variants[name], 0))
+                                   for name in ("plugin", "plugin+profiler")}
     result["watchdog"] = watchdog_cost(result["steps_per_s"]["plugin"]["median"], _progress_calls(workload, 0))
     if "builtin" in samples:
         result["goal_met"] = result["ratios"]["plugin/builtin"]["per_round"]["median"] >= GOAL

@@ -65,7 +65,8 @@ STRATEGY_VARIANTS = {"plugin": "plugin", "lightning": "Lightning's own", "raw": 
                      "raw+sigterm_broadcast": "plain PyTorch + Lightning's per-step broadcast"}
 FAMILY_LABELS = {"ddp": "DDP", "fsdp": "FSDP", "fsdp2": "FSDP2", "deepspeed": "DeepSpeed ZeRO-2"}
 SECTION_NAMES = ("overhead", "transformer", "strategies", "collective", "first_step", "device_calls")
-VARIANT_LABELS = {"plugin": "AnyAccelerator (plugin)", "builtin": "Lightning built-in", "plain": "plain PyTorch loop"}
+VARIANT_LABELS = {"plugin": "AnyAccelerator (plugin)", "builtin": "Lightning built-in", "plain": "plain PyTorch loop",
+                  "plugin+profiler": "AnyAccelerator + profiler=\"pytorch\""}
 PHASE_LABELS = {"import": "import", "launch_rendezvous": "launch + rendezvous", "first_step": "first step"}
 
 

@@ -52,6 +52,7 @@ def test_benchmarks_run_tiny(tmp_path: Path) -> None:
     assert set(ov["steps_per_s"]) >= {"plugin", "plain"}
     assert "plugin/plain" in ov["ratios"]
     assert all(calls > 0 for calls in ov["calls_per_step"].values())
+    assert ov["profiler_sessions"]["plugin"] == 0 < ov["profiler_sessions"]["plugin+profiler"]  # only when asked
     if meta["device"]["lightning_builtin"]:
         assert ov["classes"]["plugin"].startswith("AnyAccelerator")
         assert "plugin/builtin" in ov["ratios"] and isinstance(ov["goal_met"], bool)

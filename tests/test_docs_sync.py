@@ -149,7 +149,7 @@ LAUNCH_SCRIPTS = ["env_vars.sh", "torchrun.sh", "slurm.sbatch", "mpiexec.sh", "a
 
 def test_notebook_assets_exist():
     # the notebooks write their model, helpers and scripts themselves (tests/test_lab.py checks them)
-    assert len(NOTEBOOKS) == 6, NOTEBOOKS
+    assert len(NOTEBOOKS) == 7, NOTEBOOKS
     for name in LAUNCH_SCRIPTS:
         assert (ROOT / "scripts" / "launch" / name).is_file(), name
 

@@ -219,6 +219,15 @@ def test_every_hook_class_declares_hooks() -> None:
     assert all(hooks.stands_for and lightning_stubs.hooks_of(hooks) for hooks in lightning_stubs.ALL_HOOKS)
 
 
+def test_torch_answers_whether_a_privateuse1_profiler_is_registered() -> None:
+    """torch's registry of a PrivateUse1 activity profiler (C++ only) answers in this process, where no backend
+    registered one (the emulated device's does: tests/test_profiling.py); a torch without that registry answers None."""
+    import torch
+
+    header = Path(torch.__file__).parent / "include/torch/csrc/profiler/standalone/privateuse1_profiler.h"
+    assert _lightning.privateuse1_profiler_registered() is (False if header.is_file() else None)
+
+
 def test_private_refuses_unlisted_names() -> None:
     with pytest.raises(KeyError, match="not in lightning_anyaccel._lightning.PRIVATE_NAMES"):
         _lightning.private("lightning.fabric.utilities.distributed", "_sync_ddp")

@@ -130,7 +130,23 @@ def _describe(trainer: Any) -> dict[str, Any]:
         "scaler_enabled": getattr(getattr(strategy.precision_plugin, "scaler", None), "is_enabled", lambda: None)(),
         "inference": {k: v if isinstance(v, (dict, bool)) else str(v)
                       for k, v in getattr(strategy, "inference_kwargs", {}).items()},
+        "profiler": _profiled(trainer),
     }
+
+
+def _profiled(trainer: Any) -> dict[str, Any] | None:
+    """What a Trainer's ``PyTorchProfiler`` records and sorts by, and what the package plans for its device."""
+    from lightning.pytorch.profilers import PyTorchProfiler
+
+    from lightning_anyaccel import _lightning
+    from lightning_anyaccel.device.profiling import profiler_plan
+
+    if not isinstance(trainer.profiler, PyTorchProfiler):
+        return None
+    plan = profiler_plan(trainer.strategy.root_device.type)
+    return {"activities": [a.name for a in _lightning.profiler_kwargs(trainer.profiler)["activities"]],
+            "sort_by": trainer.profiler._sort_by_key,
+            "planned": [[a.name for a in plan.activities], plan.sort_key]}
 
 
 def _trainers(namespace: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -141,7 +157,10 @@ def _trainers(namespace: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_habana_after_on_a_simulated_gaudi(monkeypatch) -> None:
     install_fake_device(monkeypatch, "hpu", count=8, backend="hccl")
     got = _trainers(runpy.run_path(str(SNIPPETS / "habana_after.py")))
-    assert set(got) == {"one", "eight", "single", "parallel", "listed", "deepspeed", "fsdp", "bf16", "fp16", "inference"}
+    assert set(got) == {"one", "eight", "single", "parallel", "listed", "deepspeed", "fsdp", "bf16", "fp16", "inference",
+                        "profiled"}
+    profiled = got["profiled"]["profiler"]  # the host only here: this torch records no hpu activity
+    assert profiled["planned"] == [profiled["activities"], profiled["sort_by"]] == [["CPU"], "cpu_time_total"]
     hpus = ["hpu:0"] * 8  # every rank's device: each process sees only its own Gaudi (HABANA_VISIBLE_MODULES)
     for name in ("one", "single", "bf16"):
         assert (got[name]["strategy"], got[name]["devices"]) == ("AnySingleDeviceStrategy", ["hpu:0"]), got[name]
@@ -202,6 +221,8 @@ def test_teco_after_on_a_simulated_sdaa() -> None:
     for name in ("several", "ddp"):
         assert (got[name]["strategy"], got[name]["devices"], got[name]["backend"]) == ("AnyDDPStrategy", sdaas, "tccl")
     assert (got["ddp"]["precision"], got["ddp"]["precision_device"]) == ("MixedPrecision", "sdaa")
+    profiled = got["profiled"]["profiler"]  # torch lists sdaa's activity, but no activity profiler is registered
+    assert profiled["planned"] == [profiled["activities"], profiled["sort_by"]] == [["CPU"], "cpu_time_total"]
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ CHECKED_ELSEWHERE = {
     ("programs.md", "text"): "tests/test_programs.py: the programs print these lines",
     ("programs.md", "yaml"): "tests/test_auto_device.py: a LightningCLI program parses it",
     ("emulate.md", "text"): "tests/test_emulate.py: the command prints this report for such a program",
+    ("profiling.md", "text"): "tests/test_profiling.py: the emulated npu without an activity profiler logs this line",
     ("troubleshooting.md", "text"): "tests/test_faults_hangs.py: a stalled job prints these lines",
 }
 

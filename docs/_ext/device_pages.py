@@ -48,6 +48,7 @@ FEATURES = {
     "deepspeed": "DeepSpeed",
     "checkpoint": "checkpoints",
     "device_stats": "memory stats",
+    "profiling": "device time in the profiler",
     "verify": "verify",
     "transformer": "GPT-2",
 }

@@ -7,6 +7,7 @@ import torch
 import lightning_anyaccel  # noqa: F401  (registers "hpu", "any_ddp", ...; maps "ddp", "fsdp", ...)
 from lightning import Trainer
 from lightning.pytorch.plugins import MixedPrecision
+from lightning.pytorch.profilers import PyTorchProfiler
 from lightning_anyaccel import (
     AnyAccelerator,
     AnyDDPStrategy,
@@ -43,3 +44,6 @@ inference_strategy = AnyDeepSpeedStrategy(
     tensor_parallel={"tp_size": 8}, dtype=torch.float, replace_with_kernel_inject=True
 )
 inference = Trainer(accelerator="hpu", devices=8, use_distributed_sampler=False, strategy=inference_strategy)
+
+# HPUProfiler(...) -> Lightning's PyTorchProfiler(...): it records the Gaudi's own activity
+profiled = Trainer(accelerator="hpu", devices=1, profiler=PyTorchProfiler(filename="perf-logs"))

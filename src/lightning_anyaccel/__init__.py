@@ -37,6 +37,7 @@ from lightning_anyaccel.device.compilation import CompileNotSupportedError, comp
 from lightning_anyaccel.device.devices import DEVICE_TABLE, DeviceSpec, get_spec, register_device  # noqa: E402
 from lightning_anyaccel.device.distributed import BackendError, ForkAfterInitError, resolve_backend  # noqa: E402
 from lightning_anyaccel.device.precision import PrecisionNotSupportedError  # noqa: E402
+from lightning_anyaccel.device.profiling import profiler_activities, profiler_sort_key  # noqa: E402
 from lightning_anyaccel.device.runtime import DeviceNotAvailableError, detect_device_type  # noqa: E402
 from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision  # noqa: E402
 from lightning_anyaccel.policy import FrontEndMismatchError, StrategyNotSupportedError  # noqa: E402
@@ -78,6 +79,8 @@ __all__ = [
     "detect_device_type",
     "get_spec",
     "portable_map_location",
+    "profiler_activities",
+    "profiler_sort_key",
     "register",
     "register_device",
     "resolve_backend",

@@ -299,10 +299,39 @@ def log_unused_devices(trainer: Any) -> None:
         log.debug("lightning-anyaccel: no report of unused devices: %s", err)
 
 
+def fit_profiler(trainer: Any) -> None:
+    """``profiler="pytorch"`` and ``PyTorchProfiler(...)`` on the package's accelerator: the device's own activity.
+
+    Lightning's ``PyTorchProfiler`` records the host, and CUDA where CUDA is available. On a device
+    Lightning has no accelerator of its own for (``xpu``, ``hpu``, ``npu``, ...), this adds the device's
+    activity (:func:`~lightning_anyaccel.device.profiling.profiler_plan`) and sorts the report by the
+    device's time, unless the user chose ``activities`` or ``sort_by_key``; where this torch can not
+    record the device's activity it says so in one line and profiles the host. CPU, CUDA and MPS keep
+    Lightning's profiler as it is, and so do other profilers and subclasses of ``PyTorchProfiler``.
+    """
+    from lightning_anyaccel.device.profiling import profiler_plan
+
+    arguments = _lightning.constructor_arguments(getattr(trainer, "profiler", None))
+    if arguments is None:  # no profiler asked for (PassThroughProfiler), another profiler, a subclass
+        return
+    profiler, device_type = trainer.profiler, trainer.accelerator.device_type
+    if get_spec(device_type).lightning_builtin is not None:
+        return
+    given = arguments[1]
+    plan = profiler_plan(device_type)
+    if "activities" not in given:
+        _lightning.profiler_kwargs(profiler)["activities"] = list(plan.activities)
+        if plan.host_only_reason:
+            distribution = _lightning.distribution_of(trainer) or _lightning.LIGHTNING
+            distribution.module("lightning.pytorch.utilities.rank_zero").rank_zero_info(plan.host_only_reason)
+    if "sort_by_key" not in given and len(arguments[0]) < 7:  # sort_by_key is the seventh positional argument
+        _lightning.set_profiler_sort_key(profiler, plan.sort_key)
+
+
 #: The policy as the connector hooks take it.
 POLICY = _lightning.ConnectorPolicy(
     owns=owns, choose=choose, translate=translate, check=check, check_arguments=check_arguments,
-    log_device_info=log_device_info, log_unused_devices=log_unused_devices,
+    log_device_info=log_device_info, log_unused_devices=log_unused_devices, fit_profiler=fit_profiler,
     choose_accelerator=auto.choose_accelerator,
 )
 
@@ -316,6 +345,7 @@ __all__ = [
     "check_arguments",
     "choose",
     "default_strategy",
+    "fit_profiler",
     "owns",
     "translate",
 ]

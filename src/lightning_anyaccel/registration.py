@@ -103,6 +103,7 @@ def _register(distribution: Distribution, side: str) -> None:
         activation.record_strategy_arguments(distribution, side)
     if side == "trainer":
         _lightning.install_device_info_hook(distribution, POLICY)
+        _lightning.install_profiler_hook(distribution, POLICY)
         _lightning.install_out_of_memory_hook(distribution, runtime.is_out_of_memory)
 
 

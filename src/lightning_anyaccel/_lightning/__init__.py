@@ -27,6 +27,8 @@ break with a new Lightning or torch release is in it, one module per kind (:mod:
 - :func:`install_device_info_hook` lets the policy report the device a Trainer uses (Lightning's
   own report knows CUDA, MPS and TPU only, and warns "GPU available but not used" while the
   package trains on that GPU);
+- :func:`install_profiler_hook` lets the policy fit a Trainer's ``PyTorchProfiler`` to its device
+  (Lightning's records the host, and CUDA where CUDA is available);
 - :func:`install_out_of_memory_hook` lets Lightning's out-of-memory detection (the batch-size
   finder's) recognise every device's out-of-memory error, not only CUDA's.
 
@@ -88,6 +90,9 @@ from lightning_anyaccel._lightning.accessors import (
     trainer_given_precision,
     unwrap_lightning_optimizer,
     validate_device_index_selection,
+    privateuse1_profiler_registered,
+    profiler_kwargs,
+    set_profiler_sort_key,
 )
 from lightning_anyaccel._lightning.connector_patches import (
     FABRIC_CONNECTOR,
@@ -97,6 +102,7 @@ from lightning_anyaccel._lightning.connector_patches import (
     constructor_arguments,
     install_connector_hooks,
     install_device_info_hook,
+    install_profiler_hook,
     record_constructor_arguments,
 )
 from lightning_anyaccel._lightning.memory_patches import install_out_of_memory_hook
@@ -143,6 +149,10 @@ __all__ = [
     "install_connector_hooks",
     "install_device_info_hook",
     "install_out_of_memory_hook",
+    "install_profiler_hook",
+    "privateuse1_profiler_registered",
+    "profiler_kwargs",
+    "set_profiler_sort_key",
     "record_constructor_arguments",
     "is_interactive",
     "port",

@@ -347,4 +347,43 @@ def format_deepspeed_config_once(strategy: Any) -> None:
         strategy._config_initialized = True
 
 
-__all__ = ["FULL_STATE_DICT_MODULES", "FabricMultiProcessingLauncher", "TrainerMultiProcessingLauncher", "backend_creators", "batchnorm_base", "bound_deepspeed_new_group", "checkpoint_io_given", "compiler_context", "ddp_comm_settings", "ddp_kwargs", "destroy_process_group", "disable_module_memory_sharing", "distributed_is_initialized", "fabric_ddp_device_ids", "fabric_fsdp_kwargs", "fabric_given_precision", "fabric_set_world_ranks", "format_deepspeed_config_once", "fsdp_activation_checkpointing_kwargs", "fsdp_state_dict_type", "full_state_dict_context_replaced", "has_backend_type", "has_bad_fork_check", "inductor_schedules", "init_deepspeed_distributed", "is_in_bad_fork", "is_interactive", "launcher_strategy", "model_parallel_sizes", "move_torchmetrics_to_device", "multiprocessing_children", "parallel_devices_of", "parse_cpu_cores", "process_group_backend_given", "register_ddp_comm_hook", "set_checkpoint_io", "set_data_parallel_size", "set_default_backend", "set_launcher", "set_parallel_devices", "setup_activation_checkpointing", "start_method_of", "timeout_of", "trainer_given_precision", "unwrap_lightning_optimizer", "validate_device_index_selection"]
+
+def profiler_kwargs(profiler: Any) -> dict[str, Any]:
+    """The keyword arguments a ``PyTorchProfiler`` hands ``torch.profiler.profile`` (its ``activities`` included)."""
+    kwargs: dict[str, Any] = profiler._profiler_kwargs
+    return kwargs
+
+
+def set_profiler_sort_key(profiler: Any, key: str) -> None:
+    """What a ``PyTorchProfiler``'s report is sorted by (any key of torch's ``EventList.table``)."""
+    profiler._sort_by_key = key
+
+
+#: torch's registry of a PrivateUse1 backend's Kineto activity profiler (C++, libtorch_cpu; torch >= 2.11).
+PRIVATEUSE1_PROFILER_SYMBOLS = ("_ZN5torch8profiler4impl27PrivateUse1ProfilerRegistry8instanceEv",
+                                "_ZNK5torch8profiler4impl27PrivateUse1ProfilerRegistry10hasFactoryEv")
+
+
+def privateuse1_profiler_registered() -> bool | None:
+    """Whether the PrivateUse1 backend registered an activity profiler with torch (what makes ``torch.profiler``
+    record its device's time); ``None`` where this torch can not be asked (no such registry, another platform).
+
+    ``torch.profiler.supported_activities()`` lists ``PrivateUse1`` for every renamed backend, whether or not
+    anything records it; torch's registry (``PrivateUse1ProfilerRegistry::hasFactory``) is only in C++.
+    """
+    import ctypes
+    from pathlib import Path
+
+    import torch
+
+    library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    try:
+        torch_cpu = ctypes.CDLL(str(library))  # already loaded by torch: the same handle, nothing runs
+        instance, has_factory = (torch_cpu[name] for name in PRIVATEUSE1_PROFILER_SYMBOLS)
+    except (OSError, AttributeError):
+        return None
+    instance.restype, instance.argtypes = ctypes.c_void_p, []
+    has_factory.restype, has_factory.argtypes = ctypes.c_bool, [ctypes.c_void_p]
+    return bool(has_factory(instance()))
+
+__all__ = ["FULL_STATE_DICT_MODULES", "FabricMultiProcessingLauncher", "TrainerMultiProcessingLauncher", "backend_creators", "batchnorm_base", "bound_deepspeed_new_group", "checkpoint_io_given", "compiler_context", "ddp_comm_settings", "ddp_kwargs", "destroy_process_group", "disable_module_memory_sharing", "distributed_is_initialized", "fabric_ddp_device_ids", "fabric_fsdp_kwargs", "fabric_given_precision", "fabric_set_world_ranks", "format_deepspeed_config_once", "fsdp_activation_checkpointing_kwargs", "fsdp_state_dict_type", "full_state_dict_context_replaced", "has_backend_type", "has_bad_fork_check", "inductor_schedules", "init_deepspeed_distributed", "is_in_bad_fork", "is_interactive", "launcher_strategy", "model_parallel_sizes", "move_torchmetrics_to_device", "multiprocessing_children", "parallel_devices_of", "parse_cpu_cores", "privateuse1_profiler_registered", "process_group_backend_given", "profiler_kwargs", "register_ddp_comm_hook", "set_checkpoint_io", "set_data_parallel_size", "set_default_backend", "set_launcher", "set_parallel_devices", "set_profiler_sort_key", "setup_activation_checkpointing", "start_method_of", "timeout_of", "trainer_given_precision", "unwrap_lightning_optimizer", "validate_device_index_selection"]

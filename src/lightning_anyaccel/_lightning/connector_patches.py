@@ -101,6 +101,8 @@ class ConnectorPolicy:
     log_device_info: Callable[[Any], None]
     #: After Lightning's report for its own accelerators: names a present device only the package serves.
     log_unused_devices: Callable[[Any], None] = lambda trainer: None
+    #: Fits the profiler of a Trainer with the package's accelerator to its device.
+    fit_profiler: Callable[[Any], None] = lambda trainer: None
     #: ``accelerator="auto"``: given Lightning's choice (``"cpu"``, ``"cuda"``, ...), what to train with.
     choose_accelerator: Callable[[Distribution, str], Any] = lambda distribution, lightning_choice: lightning_choice
 
@@ -193,6 +195,35 @@ def install_device_info_hook(distribution: Distribution, policy: ConnectorPolicy
     replace_function(distribution, _DEVICE_INFO, wrap)
 
 
+_INIT_PROFILER = ("lightning.pytorch.trainer.setup", "_init_profiler")
+
+
+def install_profiler_hook(distribution: Distribution, policy: ConnectorPolicy) -> None:
+    """Let ``policy.fit_profiler`` fit a Trainer's profiler to the device of the package's accelerator (idempotent).
+
+    ``Trainer.__init__`` builds its profiler (``profiler="pytorch"`` or the user's ``PyTorchProfiler(...)``) in
+    ``setup._init_profiler(trainer, profiler)``, after its accelerator. Lightning's ``PyTorchProfiler`` records the
+    host, and CUDA where CUDA is available, whatever device the Trainer uses. The arguments each
+    ``PyTorchProfiler`` is built with are kept (:func:`record_constructor_arguments`), so that what the user chose
+    (``activities``, ``sort_by_key``) stays as chosen. Trainers of every other accelerator keep Lightning's profiler
+    unchanged.
+    """
+    record_constructor_arguments(distribution.module("lightning.pytorch.profilers").PyTorchProfiler)
+    module = distribution.module(_INIT_PROFILER[0])
+    original = getattr(module, _INIT_PROFILER[1])
+    if getattr(original, _HOOK_MARK, False):
+        return
+
+    @functools.wraps(original)
+    def init_profiler(trainer: Any, profiler: Any) -> None:
+        original(trainer, profiler)
+        if policy.owns(getattr(trainer, "accelerator", None)):
+            policy.fit_profiler(trainer)
+
+    setattr(init_profiler, _HOOK_MARK, True)
+    setattr(module, _INIT_PROFILER[1], init_profiler)
+
+
 _ARGUMENTS = "__lightning_anyaccel_arguments__"
 
 
@@ -245,4 +276,5 @@ def _wrap(
 
 
 __all__ = ["ConnectorPolicy", "ConnectorView", "FABRIC_CONNECTOR", "TRAINER_CONNECTOR", "constructor_arguments",
-           "install_connector_hooks", "install_device_info_hook", "record_constructor_arguments"]
+           "install_connector_hooks", "install_device_info_hook", "install_profiler_hook",
+           "record_constructor_arguments"]

@@ -74,6 +74,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "install_connector_hooks"),
     PrivateName("lightning.fabric.connector", "_Connector", "install_connector_hooks"),
     PrivateName("lightning.pytorch.trainer.setup", "_log_device_info", "install_device_info_hook", ("trainer",)),
+    PrivateName("lightning.pytorch.trainer.setup", "_init_profiler", "install_profiler_hook", ("trainer", "profiler")),
     # a public function, but one the package replaces (it is no API for that): Lightning's CUDA-only OOM test
     PrivateName("lightning.pytorch.utilities.memory", "is_cuda_out_of_memory", "install_out_of_memory_hook",
                 ("exception",)),
@@ -123,6 +124,9 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
                      "AnyDistributedMixin.parallel_devices"),
     PrivateAttribute("lightning.fabric.strategies.ParallelStrategy", "_parallel_devices",
                      "AnyDistributedMixin.parallel_devices"),
+    # the Trainer's profiler
+    PrivateAttribute("lightning.pytorch.profilers.PyTorchProfiler", "_profiler_kwargs", "policy.fit_profiler"),
+    PrivateAttribute("lightning.pytorch.profilers.PyTorchProfiler", "_sort_by_key", "policy.fit_profiler"),
     PrivateAttribute(_TRAINER_DDP, "_start_method", "strategies.steps.check_start_method"),
     PrivateAttribute(_FABRIC_DDP, "_start_method", "strategies.steps.check_start_method"),
     PrivateAttribute(_TRAINER_DDP, "_timeout", "AnyDistributedMixin.timeout"),

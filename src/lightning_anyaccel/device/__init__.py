@@ -5,7 +5,8 @@ device table, data only; :mod:`.devices`: :func:`~.devices.get_spec`, which deri
 torch and refines it with the table) and the small functions that read it: PyTorch's device APIs for any
 device (:mod:`.runtime`), the collective backend and fork safety (:mod:`.distributed`), mixed
 precision (:mod:`.precision`, FSDP's in :mod:`.sharded_precision`), ``torch.compile``
-(:mod:`.compilation`) and synchronized BatchNorm (:mod:`.sync_batchnorm`). Nothing above this
+(:mod:`.compilation`), synchronized BatchNorm (:mod:`.sync_batchnorm`) and what ``torch.profiler``
+records (:mod:`.profiling`). Nothing above this
 package branches on a device name. It may import the foundation only: ``_compat``,
 ``troubleshooting``, ``lightning_stubs`` and the contract package ``_lightning``.
 """

@@ -96,6 +96,8 @@ def load(name: str, devices: int = 2, options: frozenset[str] = frozenset(),
             raise RuntimeError(f"PrivateUse1 is already registered as {current!r} in this process.")
         ext = import_extension()
         _activate(ext, "privateuseone", devices, memory_bytes)
+        if "noprofiler" not in options:
+            ext.register_profiler()  # torch.profiler records the device's own activity (csrc/profiler.cpp)
         if current != name:
             torch.utils.rename_privateuse1_backend(name)
         module = device_module(name, ext)

@@ -92,8 +92,10 @@ def build(verbose: bool = False) -> Path:
         from torch.utils import cpp_extension
 
         os.environ.setdefault("MAX_JOBS", "2")
+        # Kineto's headers (the device's activity profiler, csrc/profiler.cpp) include each other by bare name
+        kineto = [str(Path(p) / "kineto") for p in cpp_extension.include_paths() if (Path(p) / "kineto").is_dir()]
         cpp_extension.load(name=EXTENSION, sources=[str(s) for s in SOURCES], build_directory=str(directory),
-                           extra_cflags=["-O1"], is_python_module=True, verbose=verbose)
+                           extra_cflags=["-O1"], extra_include_paths=kineto, is_python_module=True, verbose=verbose)
         done.write_text(f"{torch.__version__}\n")
     return lib
 

@@ -23,6 +23,7 @@ OPTIONS: dict[str, str] = {
                  " False): `module.to(device)` replaces parameters instead of moving them in place",
     "noautocast": "the device module has no `get_amp_supported_dtype`/`is_bf16_supported`: `torch.autocast` fails",
     "nocollectives": "no collective backend is registered for the device type",
+    "noprofiler": "no activity profiler is registered for the device: torch.profiler records the host only",
     "noavg": "the collective backend refuses `ReduceOp.AVG` when it is called, as some vendors' libraries do (a"
              " mean is a sum divided by the group's size there)",
 }

@@ -63,6 +63,7 @@ FEATURES: dict[str, str] = {
     "deepspeed": "DeepSpeed ZeRO through the package's strategy",
     "checkpoint": "checkpoints saved on the device and resumed",
     "device_stats": "DeviceStatsMonitor gets the device's memory statistics",
+    "profiling": "Trainer(profiler=\"pytorch\") reports the device's own time per operator (the host's on CPU)",
     "verify": "python -m lightning_anyaccel.verify passes",
     "transformer": "a Hugging Face transformer (GPT-2) trains",
 }

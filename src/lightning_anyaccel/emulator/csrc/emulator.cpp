@@ -58,6 +58,15 @@
 
 namespace emulator {
 
+// The device's activity for torch.profiler (profiler.cpp): whether a session records, and one
+// kernel or copy with its start and end in nanoseconds since the epoch.
+namespace profiling {
+int64_t now_ns();
+bool recording();
+void record(const std::string& name, c10::DeviceIndex device, int64_t start_ns, int64_t end_ns, bool copy);
+void register_profiler();
+}  // namespace profiling
+
 using c10::DeviceIndex;
 using c10::DeviceType;
 
@@ -893,8 +902,14 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   if (self.numel() == 0) return dst;
   const DeviceIndex stream_device = on_device(dst) ? dst.device().index() : self.device().index();
   if (!t_in_operator) before_kernel(stream_device);
+  const bool profiled = !t_in_operator && profiling::recording();
+  const int64_t start_ns = profiled ? profiling::now_ns() : 0;
   at::Tensor dst_host = on_device(dst) ? host_view(dst) : dst;
   at::native::copy_(dst_host, on_device(self) ? host_view(self) : self, non_blocking);
+  if (profiled) {
+    const char* kind = !on_device(self) ? "Memcpy HtoD" : !on_device(dst) ? "Memcpy DtoH" : "Memcpy DtoD";
+    profiling::record(kind, stream_device, start_ns, profiling::now_ns(), /*copy=*/true);
+  }
   if (on_device(dst) && on_side_stream(stream_device)) defer_result(dst);
   return dst;
 }
@@ -1238,6 +1253,8 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (auto& [impl, index] : presented) impl->present_as(g_type, index);
   };
   const bool outer = !t_in_operator;
+  const bool profiled = outer && profiling::recording();
+  const int64_t start_ns = profiled ? profiling::now_ns() : 0;
   t_in_operator = true;
   try {
     run_on_cpu(op, stack);
@@ -1248,6 +1265,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   t_in_operator = !outer;
   restore();
+  if (profiled) profiling::record("kernel: " + schema.name(), device, start_ns, profiling::now_ns(), /*copy=*/false);
 }
 
 // torch's copy_ handles XPU tensors itself (XPU is one of the device types
@@ -1496,5 +1514,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Wait for every stream of a device (side-stream results land).");
   m.def("set_unchecked_operators", &set_unchecked_operators,
         "The operators torch's kernels do not device-check (`device_check: NoCheck`, native_functions.yaml).");
+  m.def("register_profiler", &profiling::register_profiler,
+        "Register the device's activity profiler with torch.profiler (PrivateUse1; once per process).");
   m.def("default_generator", [](int d) { return default_generator(static_cast<DeviceIndex>(d)); });
 }
