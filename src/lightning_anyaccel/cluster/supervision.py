@@ -17,9 +17,9 @@ until someone kills it by hand. Three mechanisms, all started by the strategies:
 - :func:`supervise_worker` runs in every worker the package launched; :func:`watch_launcher` in
   every rank of an external launcher (``torchrun``, ``srun``, ``mpirun``/``mpiexec``) too. One
   long-lived thread polls the parent every :data:`LAUNCHER_POLL_S`: when the launcher is gone
-  (``SIGKILL`` included) it ``SIGKILL``\ s every process the rank started (DataLoader and compile
+  (``SIGKILL`` included) it ``SIGKILL``\\ s every process the rank started (DataLoader and compile
   workers) and ends the rank, within about 0.5 s. A worker of the package's own launcher is also
-  ``SIGKILL``\ ed by the kernel when its launcher ends (``prctl(PR_SET_PDEATHSIG)``), stopped or stuck
+  ``SIGKILL``\\ ed by the kernel when its launcher ends (``prctl(PR_SET_PDEATHSIG)``), stopped or stuck
   in C code too; what it started then ends through torch's own check of a worker's parent. At
   exit, a worker whose launching process is stopped kills it, so a frozen rank 0 does not keep a
   failed node alive.
