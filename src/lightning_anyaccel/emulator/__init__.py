@@ -36,12 +36,13 @@ from types import ModuleType
 
 import torch
 
-from lightning_anyaccel.emulator.names import (BACKEND, BUILTIN_TYPES, DEFAULT_MEMORY_BYTES, ENV_VAR, OPTIONS,
-                                              VENDOR_BACKENDS, backend_name, parse_memory_bytes, parse_options,
-                                              parse_spec)
+from lightning_anyaccel.emulator.names import (BACKEND, BUILTIN_TYPES, DEFAULT_MEMORY_BYTES, ENV_VAR, MIN_MEMORY_BYTES,
+                                              OPTIONS, VENDOR_BACKENDS, backend_name, check_spec, parse_memory_bytes,
+                                              parse_options, parse_spec)
 
-__all__ = ["AUTOLOAD", "BACKEND", "BUILTIN_TYPES", "DEFAULT_MEMORY_BYTES", "ENV_VAR", "OPTIONS", "backend_name", "emulate",
-           "load", "loaded_name", "loaded_options", "parse_memory_bytes", "parse_options", "parse_spec", "VENDOR_BACKENDS"]
+__all__ = ["AUTOLOAD", "BACKEND", "BUILTIN_TYPES", "DEFAULT_MEMORY_BYTES", "ENV_VAR", "MIN_MEMORY_BYTES", "OPTIONS",
+           "backend_name", "check_spec", "emulate", "load", "loaded_name", "loaded_options", "parse_memory_bytes",
+           "parse_options", "parse_spec", "VENDOR_BACKENDS"]
 
 #: The folder to put on ``PYTHONPATH``: its ``sitecustomize`` loads the device when ``ENV_VAR`` is set.
 AUTOLOAD = Path(__file__).resolve().parent / "autoload"
@@ -127,14 +128,18 @@ def autoload_from_env() -> None:
         raise
 
 
-def emulate(name: str = "npu", devices: int = 2, memory: str | int | None = None) -> torch.device:
+def emulate(name: str = "npu", devices: int = 2, memory: str | int | None = None,
+            options: frozenset[str] = frozenset()) -> torch.device:
     """Load the emulated device in this process and in every Python process it starts; return ``torch.device(name)``.
 
-    ``memory``: each device's capacity (``"4GiB"``, or bytes). Sets ``LIGHTNING_ANYACCEL_EMULATE`` and
-    puts :data:`AUTOLOAD` on ``PYTHONPATH``, so DDP ranks and other children load it too.
+    ``memory``: each device's capacity (``"4GiB"``, or bytes); ``options``: see :data:`OPTIONS`. A spec
+    :func:`check_spec` refuses raises ``ValueError`` before anything loads. Sets ``LIGHTNING_ANYACCEL_EMULATE``
+    and puts :data:`AUTOLOAD` on ``PYTHONPATH``, so DDP ranks and other children load it too.
     """
-    spec = f"{name}:{devices}" + (f":memory={memory}" if memory is not None else "")
-    load(name, devices=devices, memory_bytes=parse_memory_bytes(spec))
+    fields = sorted(options) + ([f"memory={memory}"] if memory is not None else [])
+    spec = f"{name}:{devices}" + (f":{','.join(fields)}" if fields else "")
+    check_spec(spec)
+    load(name, devices=devices, options=options, memory_bytes=parse_memory_bytes(spec))
     os.environ[ENV_VAR] = spec
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(AUTOLOAD) not in paths:
