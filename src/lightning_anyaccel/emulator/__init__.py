@@ -133,13 +133,21 @@ def emulate(name: str = "npu", devices: int = 2, memory: str | int | None = None
     """Load the emulated device in this process and in every Python process it starts; return ``torch.device(name)``.
 
     ``memory``: each device's capacity (``"4GiB"``, or bytes); ``options``: see :data:`OPTIONS`. A spec
-    :func:`check_spec` refuses raises ``ValueError`` before anything loads. Sets ``LIGHTNING_ANYACCEL_EMULATE``
+    :func:`check_spec` refuses raises ``ValueError`` before anything loads; ``RuntimeError`` where torch in
+    this process already answered which accelerator it has (``xpu``/``hpu`` after ``import lightning_anyaccel``). Sets ``LIGHTNING_ANYACCEL_EMULATE``
     and puts :data:`AUTOLOAD` on ``PYTHONPATH``, so DDP ranks and other children load it too.
     """
     fields = sorted(options) + ([f"memory={memory}"] if memory is not None else [])
     spec = f"{name}:{devices}" + (f":{','.join(fields)}" if fields else "")
     check_spec(spec)
     load(name, devices=devices, options=options, memory_bytes=parse_memory_bytes(spec))
+    found = torch.accelerator.current_accelerator()
+    if found is None or found.type != name:
+        raise RuntimeError(
+            f"torch in this process reports the accelerator {found}, not the emulated {name!r}: it had answered which"
+            " accelerator the machine has before the device was loaded (importing lightning_anyaccel asks it), and"
+            f" answers once per process. Load it at interpreter start: {ENV_VAR}={spec} with {AUTOLOAD} on"
+            " PYTHONPATH, or run the program under `python -m lightning_anyaccel.emulate`.")
     os.environ[ENV_VAR] = spec
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(AUTOLOAD) not in paths:

@@ -74,7 +74,7 @@ def check_spec(spec: str) -> tuple[str, int, frozenset[str], int | None]:
     memory = parse_memory_bytes(spec)
     if memory is not None and memory < MIN_MEMORY_BYTES:
         raise ValueError(f"a device of {memory} bytes ({spec!r}) is below the smallest the emulator makes,"
-                         f" {MIN_MEMORY_BYTES >> 20} MiB: write e.g. memory=64MiB")
+                         f" {MIN_MEMORY_BYTES >> 20} MiB: ask for e.g. 64MiB")
     return name, count, parse_options(spec), memory
 
 
