@@ -357,13 +357,14 @@ def _user_pytest(project: Path, args: list[str], timeout: float = 600, **env: st
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("spec", "strategy", "extra_import"), [
-    ("xpu:2:memory=2GiB", "ddp_spawn", ""),  # torch's own xpu, the page's own spec; spawned ranks
-    ("hpu", "auto", "import lightning_anyaccel\n"),  # Lightning's default for two devices: ranks that run pytest again
-    ("npu", "auto", ""),  # a PrivateUse1 name, without importing the package in the test file
+@pytest.mark.parametrize(("spec", "strategy", "extra_import", "rank_1_index"), [
+    ("xpu:2:memory=2GiB", "ddp_spawn", "", 1),  # torch's own xpu, the page's own spec; spawned ranks
+    # Lightning's default for two devices (ranks that run pytest again); every Gaudi process sees its card as hpu:0
+    ("hpu", "auto", "import lightning_anyaccel\n", 0),
+    ("npu", "auto", "", 1),  # a PrivateUse1 name, without importing the package in the test file
 ])
 def test_the_pytest_plugin_fits_on_one_and_two_emulated_devices(tmp_path: Path, spec: str, strategy: str,
-                                                                 extra_import: str) -> None:
+                                                                 extra_import: str, rank_1_index: int) -> None:
     """A user's project with the documented conftest.py line: a Lightning fit on one and on two emulated devices
     passes, every process that trained saw the device, its name and its capacity (never the CPU)."""
     project, ranks = tmp_path / "project", tmp_path / "ranks"
@@ -376,7 +377,7 @@ def test_the_pytest_plugin_fits_on_one_and_two_emulated_devices(tmp_path: Path, 
     capacity = 2 << 30 if "memory=2GiB" in spec else 16 << 30
     seen = {path.name: path.read_text() for path in ranks.iterdir()}
     assert seen == {"1-0": f"{name}:0 {name} 2 {capacity} 1", "2-0": f"{name}:0 {name} 2 {capacity} 2",
-                    "2-1": f"{name}:1 {name} 2 {capacity} 2"}, (seen, proc.stdout[-3000:])
+                    "2-1": f"{name}:{rank_1_index} {name} 2 {capacity} 2"}, (seen, proc.stdout[-3000:])
 
 
 def test_the_pytest_plugin_refuses_a_device_it_can_not_give(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ program's files. Then the command runs with the emulated device loaded in every 
 starts (DDP ranks, ``torchrun``/``mpirun`` ranks: ``LIGHTNING_ANYACCEL_EMULATE`` and the autoload
 folder on ``PYTHONPATH`` are inherited), each process writing what it found
 (:mod:`lightning_anyaccel.emulator.problems`) into a temporary folder this command reads at the end.
-Exit status: the program's when it failed, 1 when the scan or the run found a problem, else 0.
+Exit status: the program's when it failed, 1 when the scan or the run found a problem or no process of the
+program had the device, 2 for an option the device can not have (checked before anything runs), else 0.
 See docs/emulate.md.
 """
 
