@@ -181,10 +181,10 @@ def test_a_run_reports_each_problem_with_the_users_line_in_every_ddp_rank(tmp_pa
 def test_a_failing_cuda_call_is_one_problem_with_its_own_fix_and_a_stray_tensor_names_its_line(tmp_path: Path) -> None:
     """``torch.cuda.synchronize()`` noted, then failing for want of CUDA at the same line: one problem, whose fix is the
     scan's code for that call; a same-device error points at the line that made the CPU tensor, or says it can not."""
+    import torch
+
     from lightning_anyaccel import emulate
     from lightning_anyaccel.emulator import problems
-
-    import torch
 
     user = tmp_path / "user_code.py"
     user.write_text("import torch\n\ndef step(x):\n    torch.cuda.synchronize()\n    mask = torch.ones(2)\n"
@@ -288,8 +288,10 @@ def test_no_compiler_is_one_error_naming_what_to_install(monkeypatch: pytest.Mon
     build.check_toolchain()  # this machine has both
 
 
-def test_parallel_processes_compile_once_into_the_cache_the_variable_names(tmp_path, monkeypatch) -> None:
-    """Two builds at once (xdist workers, DDP ranks): one compiles, the other waits and loads its library."""
+def test_parallel_processes_compile_once_into_the_cache_the_variable_names(tmp_path, monkeypatch, capsys) -> None:
+    """Two builds at once (xdist workers, DDP ranks): one compiles, saying so with its folder and time, the other
+    waits and loads its library."""
+    import torch
     from torch.utils import cpp_extension
 
     from lightning_anyaccel.emulator import build
@@ -312,6 +314,9 @@ def test_parallel_processes_compile_once_into_the_cache_the_variable_names(tmp_p
     assert len(compiles) == 1 and len(results) == 2 and results[0] == results[1]
     assert results[0].parent.parent == tmp_path / "cache" and results[0].read_bytes() == b"library"
     assert build.build() == results[0] and len(compiles) == 1  # a later use compiles nothing
+    said = capsys.readouterr().err
+    assert f"emulator: compiling the emulated device for torch {torch.__version__} into {results[0].parent}" in said
+    assert said.count("emulator: compiled in ") == 1, said
 
 
 #: A user's test file, as docs/emulate.md shows it: a LightningModule fit with ``accelerator=emulated_device.type``
@@ -387,8 +392,7 @@ def test_the_pytest_plugin_refuses_a_device_it_can_not_give(tmp_path: Path) -> N
     project.mkdir()
     (project / "test_model.py").write_text("def test_on_the_device(emulated_device):\n    raise AssertionError('ran')\n")
     for spec, says in (("cuda", "'cuda' is a device type torch builds in"),
-                       ("npu:2:memory=4KiB", "below the smallest the emulator makes, 2 MiB"),
-                       ("npu:two", "the device count 'two'")):
+                       ("npu:2:memory=4KiB", "below the smallest the emulator makes, 2 MiB")):
         proc = _user_pytest(project, ["--emulate", spec, "test_model.py"], timeout=300)
         assert proc.returncode == 4 and f"--emulate {spec}: " in proc.stdout and says in proc.stdout, proc.stdout[-3000:]
     proc = _user_pytest(project, ["--emulate", "npu", "test_model.py"], timeout=300, CXX="no-such-compiler-here",

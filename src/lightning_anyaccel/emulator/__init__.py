@@ -36,9 +36,20 @@ from types import ModuleType
 
 import torch
 
-from lightning_anyaccel.emulator.names import (BACKEND, BUILTIN_TYPES, DEFAULT_MEMORY_BYTES, ENV_VAR, MIN_MEMORY_BYTES,
-                                              OPTIONS, VENDOR_BACKENDS, backend_name, check_spec, parse_memory_bytes,
-                                              parse_options, parse_spec)
+from lightning_anyaccel.emulator.names import (
+    BACKEND,
+    BUILTIN_TYPES,
+    DEFAULT_MEMORY_BYTES,
+    ENV_VAR,
+    MIN_MEMORY_BYTES,
+    OPTIONS,
+    VENDOR_BACKENDS,
+    backend_name,
+    check_spec,
+    parse_memory_bytes,
+    parse_options,
+    parse_spec,
+)
 
 __all__ = ["AUTOLOAD", "BACKEND", "BUILTIN_TYPES", "DEFAULT_MEMORY_BYTES", "ENV_VAR", "MIN_MEMORY_BYTES", "OPTIONS",
            "backend_name", "check_spec", "emulate", "load", "loaded_name", "loaded_options", "parse_memory_bytes",
@@ -81,8 +92,12 @@ def load(name: str, devices: int = 2, options: frozenset[str] = frozenset(),
                     f" can host one PrivateUse1 backend, so it can not also be {name!r}."
                 )
             return getattr(torch, name)
-        from lightning_anyaccel.emulator.backend import (_activate, _attention_on_the_math_backend,
-                                                         _refuse_shallow_copies, _register_collectives)
+        from lightning_anyaccel.emulator.backend import (
+            _activate,
+            _attention_on_the_math_backend,
+            _refuse_shallow_copies,
+            _register_collectives,
+        )
         from lightning_anyaccel.emulator.build import import_extension
         from lightning_anyaccel.emulator.device_module import device_module
 
