@@ -84,6 +84,8 @@ DEVICE = "cuda"
 w = z.to(DEVICE)
 name = os.environ.get("DEVICE", "cuda")
 ok = th.ones(2, device=y.device)  # device-generic: not listed
+def step(batch, device="cuda"):
+    pass
 '''
     script = tmp_path / "train.py"
     script.write_text(source)
@@ -97,11 +99,12 @@ ok = th.ones(2, device=y.device)  # device-generic: not listed
                 10: f'"nccl" -> th.distributed.get_default_backend_for_device({in_use})',
                 11: "pin_memory_device= -> pin_memory=True", 12: "torch.cuda.device_count -> th.accelerator.device_count()",
                 13: f"device 'cuda' -> ({in_use}).type", 14: "accelerator='gpu' -> accelerator=\"auto\"",
-                15: f"device 'cuda' in DEVICE -> ({in_use}).type", 17: "device 'cuda' as the default of os.environ.get"}
+                15: f"device 'cuda' in DEVICE -> ({in_use}).type", 17: "device 'cuda' as the default of os.environ.get",
+                19: f"device 'cuda' as a parameter's default -> ({in_use}).type"}
     for line, text in expected.items():
         assert f"train.py:{line}: {text}" in out and out.count(f"train.py:{line}: ") == 1, (line, out)
     assert "DEVICE is used on line(s) 16: fixed here, fixed there" in out, out
-    assert "train.py:16:" not in out and "train.py:18:" not in out and "scan: 11 CUDA-only construct(s)" in out, out
+    assert "train.py:16:" not in out and "train.py:18:" not in out and "scan: 12 CUDA-only construct(s)" in out, out
     assert script.read_text() == source and script.stat().st_mtime_ns == before
 
 
@@ -131,7 +134,7 @@ def test_every_replacement_the_scan_suggests_runs_on_the_cpu_and_on_the_emulated
     others = ["th.cuda.empty_cache()", "th.cuda.memory_allocated()", "th.cuda.get_device_name()", "th.zeros(2).cuda()",
               'th.ones(2, device="cuda:0")', 'DEVICE = "cuda"', 'os.environ.get("DEVICE", "cuda")',
               "th.backends.cudnn.benchmark = True", "th.backends.cudnn.deterministic = False", '"nccl"',
-              'dict(pin_memory=True, pin_memory_device="cuda")', 'dict(accelerator="gpu")']
+              'dict(pin_memory=True, pin_memory_device="cuda")', 'dict(accelerator="gpu")', 'def f(device="cuda"): pass']
     (tmp_path / "cuda_way.py").write_text("\n".join(["import os", "import torch as th", *calls, *others]) + "\n")
     (tmp_path / "run_replacements.py").write_text(RUN_REPLACEMENTS)
     expected = len(calls) + len(others)

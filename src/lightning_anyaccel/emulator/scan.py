@@ -3,7 +3,7 @@
 Reads files with :mod:`ast` and never writes one. It finds ``torch.cuda.*`` (also under ``import torch
 as th`` and ``from torch import cuda``), ``.cuda()``, a ``"cuda"`` device string where a device is meant
 (``device="cuda"``, ``.to("cuda")``, ``torch.device("cuda:0")``, a variable or constant holding one,
-``DEVICE = "cuda"``, with the lines that use it, an ``os.environ`` default or value), ``torch.backends.cudnn``
+``DEVICE = "cuda"``, with the lines that use it, an ``os.environ`` default or value, a parameter's default), ``torch.backends.cudnn``
 flags, ``pin_memory_device=``, the ``"nccl"`` backend and ``accelerator="gpu"``/``"cuda"``.
 
 Each :class:`Finding`'s ``replacement`` is code that takes the place of the flagged code as it stands
@@ -216,6 +216,14 @@ class _Visitor(ast.NodeVisitor):
                     and keyword.value.value in ("gpu", "cuda"):
                 self._add(keyword.value, f"accelerator={keyword.value.value!r}", 'accelerator="auto"', "keyword",
                           "finds whichever device the machine has")
+        self.generic_visit(node)
+
+    @override
+    def visit_arguments(self, node: ast.arguments) -> None:
+        """``def f(device="cuda")``: a parameter's default."""
+        for default in [*node.defaults, *node.kw_defaults]:
+            if default is not None and _is_cuda_string(default):
+                self._device_value(default, f"device {default.value!r} as a parameter's default")  # type: ignore[attr-defined]
         self.generic_visit(node)
 
     @staticmethod
