@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SRC, run_python
+from conftest import AUTOLOAD, ROOT, SRC, run_python
 
 #: A small Lightning program written the CUDA way: a seed through torch.cuda (line 23), a mask built on
 #: the CPU (line 14, used on line 15); ``devices`` from the command line.
@@ -65,8 +65,9 @@ def test_import_of_the_package_loads_no_emulator_and_no_compiler() -> None:
     assert not {m for m in imported if m.startswith(("lightning_anyaccel.emulat", "torch.utils.cpp_extension"))}
 
 
-def test_the_scan_finds_each_cuda_only_construct_and_changes_nothing(tmp_path: Path) -> None:
-    source = '''import torch as th
+def test_the_scan_finds_each_cuda_only_construct_once_and_changes_nothing(tmp_path: Path) -> None:
+    source = '''import os
+import torch as th
 from torch import cuda
 import torch.distributed as dist
 from torch.utils.data import DataLoader
@@ -79,22 +80,82 @@ loader = DataLoader([], pin_memory=True, pin_memory_device="cuda")
 n = cuda.device_count()
 z = y.to("cuda")
 trainer_args = dict(accelerator="gpu")
+DEVICE = "cuda"
+w = z.to(DEVICE)
+name = os.environ.get("DEVICE", "cuda")
 ok = th.ones(2, device=y.device)  # device-generic: not listed
+def step(batch, device="cuda"):
+    pass
 '''
     script = tmp_path / "train.py"
     script.write_text(source)
     before = script.stat().st_mtime_ns
     code, out = _emulate(["--scan-only", str(tmp_path)], cwd=tmp_path, timeout=120)
     assert code == 1, out
-    expected = {5: "torch.cuda.synchronize -> torch.accelerator.synchronize()", 6: ".cuda() -> .to(device)",
-                7: "device='cuda:1' -> device=self.device", 8: "torch.backends.cudnn.benchmark -> Trainer(deterministic",
-                9: '"nccl" -> torch.distributed.get_default_backend_for_device', 10: "pin_memory_device= -> pin_memory=True",
-                11: "torch.cuda.device_count -> torch.accelerator.device_count()",
-                12: "device 'cuda' -> the device in use", 13: "accelerator='gpu' -> accelerator=\"auto\""}
+    in_use = 'th.accelerator.current_accelerator() or th.device("cpu")'
+    expected = {6: "torch.cuda.synchronize -> th.get_device_module().synchronize()",
+                7: f".cuda() -> th.zeros(3).to({in_use})", 8: f"device='cuda:1' -> ({in_use}).type",
+                9: "torch.backends.cudnn.benchmark -> lightning.Trainer(benchmark=True)",
+                10: f'"nccl" -> th.distributed.get_default_backend_for_device({in_use})',
+                11: "pin_memory_device= -> pin_memory=True", 12: "torch.cuda.device_count -> th.accelerator.device_count()",
+                13: f"device 'cuda' -> ({in_use}).type", 14: "accelerator='gpu' -> accelerator=\"auto\"",
+                15: f"device 'cuda' in DEVICE -> ({in_use}).type", 17: "device 'cuda' as the default of os.environ.get",
+                19: f"device 'cuda' as a parameter's default -> ({in_use}).type"}
     for line, text in expected.items():
-        assert f"train.py:{line}: {text}" in out, (line, out)
-    assert "train.py:14:" not in out and "scan: 9 CUDA-only construct(s)" in out, out
+        assert f"train.py:{line}: {text}" in out and out.count(f"train.py:{line}: ") == 1, (line, out)
+    assert "DEVICE is used on line(s) 16: fixed here, fixed there" in out, out
+    assert "train.py:16:" not in out and "train.py:18:" not in out and "scan: 12 CUDA-only construct(s)" in out, out
     assert script.read_text() == source and script.stat().st_mtime_ns == before
+
+
+#: Executes each replacement the scan gives for the file it is handed, as the finding's form says.
+RUN_REPLACEMENTS = '''import os, sys
+from pathlib import Path
+import lightning, torch
+from lightning_anyaccel.emulator.scan import scan
+
+findings = scan([Path(sys.argv[1])])
+names = {"torch": torch, "th": torch, "lightning": lightning, "os": os}
+for finding in findings:
+    text = f"dict({finding.replacement})" if finding.form == "keyword" else finding.replacement
+    eval(compile(text, f"line {finding.line}", "exec" if finding.form == "statement" else "eval"), names)
+print("ON", torch.accelerator.current_accelerator(), "RAN", len(findings), flush=True)
+'''
+
+
+def test_every_replacement_the_scan_suggests_runs_on_the_cpu_and_on_the_emulated_device(tmp_path: Path) -> None:
+    """Each code the scan's table gives, as it prints it, runs on a machine without an accelerator and on one."""
+    from lightning_anyaccel.emulator.scan import CUDA_REPLACEMENTS
+
+    arguments = {"set_device": "0", "manual_seed": "0", "manual_seed_all": "0", "stream": "None",
+                 "autocast": "dtype=th.bfloat16"}
+    calls = [f"th.cuda.{'amp.' if name in ('autocast', 'GradScaler') else ''}{name}({arguments.get(name, '')})"
+             for name in CUDA_REPLACEMENTS]
+    others = ["th.cuda.empty_cache()", "th.cuda.memory_allocated()", "th.cuda.get_device_name()", "th.zeros(2).cuda()",
+              'th.ones(2, device="cuda:0")', 'DEVICE = "cuda"', 'os.environ.get("DEVICE", "cuda")',
+              "th.backends.cudnn.benchmark = True", "th.backends.cudnn.deterministic = False", '"nccl"',
+              'dict(pin_memory=True, pin_memory_device="cuda")', 'dict(accelerator="gpu")', 'def f(device="cuda"): pass']
+    (tmp_path / "cuda_way.py").write_text("\n".join(["import os", "import torch as th", *calls, *others]) + "\n")
+    (tmp_path / "run_replacements.py").write_text(RUN_REPLACEMENTS)
+    expected = len(calls) + len(others)
+    for emulate, on in (("", "None"), ("xpu:1", "xpu")):
+        proc = run_python(["run_replacements.py", "cuda_way.py"], cwd=tmp_path, timeout=300, env={
+            "LIGHTNING_ANYACCEL_EMULATE": emulate, "PYTHONPATH": os.pathsep.join([str(AUTOLOAD), str(SRC)])})
+        assert proc.returncode == 0 and f"ON {on} RAN {expected}" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_an_option_the_device_can_not_have_fails_before_the_program_runs(tmp_path: Path) -> None:
+    """Memory below the smallest device, a name torch keeps for itself, no devices: exit 2 naming the option, and the
+    program never starts; a program in which no process had the device is no green run."""
+    (tmp_path / "train.py").write_text("open('ran', 'w').write('ran')\n")
+    for option, says in ((["--memory", "4KiB"], "--memory 4KiB: a device of 4096 bytes"),
+                         (["--as", "cuda"], "--as cuda: 'cuda' is a device type torch builds in"),
+                         (["--devices", "0"], "--devices 0: the device count '0'")):
+        code, out = _emulate([*option, "--no-scan", "--", sys.executable, "train.py"], cwd=tmp_path, timeout=120)
+        assert code == 2 and says in out and not (tmp_path / "ran").exists(), out
+    code, out = _emulate(["--no-scan", "--", sys.executable, "-I", "train.py"], cwd=tmp_path, timeout=300)
+    assert (tmp_path / "ran").exists() and code == 1, out  # -I: an interpreter that ignores PYTHONPATH
+    assert "problems: not known: no process of the program had the emulated device" in out and "problems: none" not in out
 
 
 @pytest.mark.slow
@@ -108,14 +169,57 @@ def test_a_run_reports_each_problem_with_the_users_line_in_every_ddp_rank(tmp_pa
     assert "device: xpu (emulated)   processes: 2" in report and "optimizer steps: 0" in report, report
     assert f"{tmp_path / 'train.py'}:15: tensor on another device: Expected all tensors to be on the same device" in report
     assert "logits = self.net(x) * mask" in report and "fix: a tensor made without device=" in report
+    assert f"mask made on the CPU at {tmp_path / 'train.py'}:14: mask = torch.ones(x.shape[0], 1)" in report, report
     assert f"{tmp_path / 'train.py'}:23: CUDA-only API: torch.cuda.manual_seed()" in report
-    assert "train.py:23: torch.cuda.manual_seed -> torch.manual_seed(seed)" in out.split("== emulated", 1)[0]
+    assert "fix: torch.manual_seed(0) (runs on every device, and on a machine without one)" in report, report
+    assert "train.py:23: torch.cuda.manual_seed -> torch.manual_seed(0)" in out.split("== emulated", 1)[0]
 
     # fixed, it is green (on one device: the DDP start above is what two processes add)
     (tmp_path / "train.py").write_text(FIXED)
     code, out = _emulate(["--as", "xpu", "--devices", "1", "--", sys.executable, "train.py", "1"], cwd=tmp_path)
     assert code == 0, out
     assert "processes: 1" in out and "optimizer steps: 3 " in out and "problems: none" in out, out
+
+
+def test_a_failing_cuda_call_is_one_problem_with_its_own_fix_and_a_stray_tensor_names_its_line(tmp_path: Path) -> None:
+    """``torch.cuda.synchronize()`` noted, then failing for want of CUDA at the same line: one problem, whose fix is the
+    scan's code for that call; a same-device error points at the line that made the CPU tensor, or says it can not."""
+    import torch
+
+    from lightning_anyaccel import emulate
+    from lightning_anyaccel.emulator import problems
+
+    user = tmp_path / "user_code.py"
+    user.write_text("import torch\n\ndef step(x):\n    torch.cuda.synchronize()\n    mask = torch.ones(2)\n"
+                    "    return x * mask\n\ndef attribute_step(x, holder):\n    return x * holder.mask\n")
+    frames = [(str(user), 4, "step")]
+    saved = list(problems._state["problems"])
+    try:
+        problems._state["problems"].clear()
+        problems.record("CUDA-only API", "torch.cuda.synchronize() called", frames, api="synchronize")
+        problems.record("CUDA-only code", "AssertionError: Torch not compiled with CUDA enabled", frames)
+        recorded = list(problems._state["problems"])
+    finally:
+        problems._state["problems"][:] = saved
+    text, count = emulate.summarize([{"rank": None, "pid": 1, "steps": 0, "problems": recorded}], "npu", 1)
+    assert count == 1 and "fix: torch.get_device_module().synchronize() (runs on every device" in text, text
+
+    user.write_text(user.read_text().replace("    torch.cuda.synchronize()\n", "    pass\n"))  # CPU-only torch here
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import user_code
+    finally:
+        sys.path.remove(str(tmp_path))
+    on_device = torch.ones(2, device="meta")  # a tensor on a device that is not the CPU, in this CPU process
+    origins = []
+    for call in (lambda: user_code.step(on_device),
+                 lambda: user_code.attribute_step(on_device, type("Holder", (), {"mask": torch.ones(2)})())):
+        with pytest.raises(RuntimeError) as raised:
+            call()
+        origins.append(problems.stray_tensor_origin(problems._innermost_user_frame(raised.value)))
+    assert origins[0] == f"mask made on the CPU at {user}:5: mask = torch.ones(2)", origins
+    assert origins[1].startswith("where the CPU tensor was made is not known: it is no local variable of"
+                                 " attribute_step()"), origins
 
 
 TORCHRUN_PROGRAM = '''import os
@@ -129,7 +233,7 @@ if torch.cuda.is_available():
     print("never: CUDA is not there")
 x = torch.full((4,), float(dist.get_rank() + 1), device=device)
 work = dist.all_reduce(x, async_op=True)
-print("RANK", dist.get_rank(), "ON", device, "READ", x.cpu().tolist(), flush=True)
+os.write(1, f"RANK {dist.get_rank()} ON {device} READ {x.cpu().tolist()}\\n".encode())  # one write: ranks share the pipe
 big = torch.empty(96 << 20, dtype=torch.uint8, device=device)
 '''
 
@@ -187,8 +291,10 @@ def test_no_compiler_is_one_error_naming_what_to_install(monkeypatch: pytest.Mon
     build.check_toolchain()  # this machine has both
 
 
-def test_parallel_processes_compile_once_into_the_cache_the_variable_names(tmp_path, monkeypatch) -> None:
-    """Two builds at once (xdist workers, DDP ranks): one compiles, the other waits and loads its library."""
+def test_parallel_processes_compile_once_into_the_cache_the_variable_names(tmp_path, monkeypatch, capsys) -> None:
+    """Two builds at once (xdist workers, DDP ranks): one compiles, saying so with its folder and time, the other
+    waits and loads its library."""
+    import torch
     from torch.utils import cpp_extension
 
     from lightning_anyaccel.emulator import build
@@ -211,34 +317,91 @@ def test_parallel_processes_compile_once_into_the_cache_the_variable_names(tmp_p
     assert len(compiles) == 1 and len(results) == 2 and results[0] == results[1]
     assert results[0].parent.parent == tmp_path / "cache" and results[0].read_bytes() == b"library"
     assert build.build() == results[0] and len(compiles) == 1  # a later use compiles nothing
+    said = capsys.readouterr().err
+    assert f"emulator: compiling the emulated device for torch {torch.__version__} into {results[0].parent}" in said
+    assert said.count("emulator: compiled in ") == 1, said
 
 
-def test_the_pytest_plugin_gives_a_users_suite_the_device(tmp_path: Path) -> None:
-    """A project's own suite on CPU: one line in its conftest.py, a test that trains on ``emulated_device``."""
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["lightning_anyaccel.emulator.pytest_plugin"]\n')
-    (tmp_path / "test_model.py").write_text('''import torch
+#: A user's test file, as docs/emulate.md shows it: a LightningModule fit with ``accelerator=emulated_device.type``
+#: on one device and on two (``STRATEGY``: Lightning's default, or ``ddp_spawn``); each process that fits writes
+#: what it saw (its device, torch's accelerator, the device count and capacity) into ``RANKS_DIR``.
+USER_TESTS = '''import os
+{extra_import}import lightning as L
+import torch
+from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
 
-def test_a_step_on_the_device(emulated_device):
-    assert emulated_device.type == "mlu" and torch.accelerator.device_count() == 3
-    model = torch.nn.Linear(4, 1).to(emulated_device)
-    loss = model(torch.randn(8, 4, device=emulated_device)).pow(2).mean()
-    loss.backward()
-    assert model.weight.grad.device.type == emulated_device.type
 
-def test_a_mask_on_the_cpu_fails(emulated_device):
-    x = torch.randn(8, 4, device=emulated_device)
-    try:
-        x * torch.ones(8, 1)
-    except RuntimeError as err:
-        assert "same device" in str(err)
-    else:
-        raise AssertionError("the CPU mask went through")
-''')
-    env = {k: v for k, v in os.environ.items() if k not in ("LIGHTNING_ANYACCEL_EMULATE", "PYTEST_ADDOPTS")}
-    env["PYTHONPATH"] = str(SRC)
-    proc = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist",
-                       "--emulate", "mlu:3", "test_model.py"], env=env, cwd=tmp_path, timeout=180)
-    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-3000:]
+class Model(BoringModel):
+    def on_fit_start(self):
+        seen = (self.device, torch.accelerator.current_accelerator(), torch.accelerator.device_count(),
+                torch.get_device_module(self.device).mem_get_info()[1], self.trainer.num_devices)
+        with open(os.path.join(os.environ["RANKS_DIR"], f"{{self.trainer.num_devices}}-{{self.global_rank}}"), "w") as f:
+            f.write(" ".join(map(str, seen)))
+
+
+def fit(device, tmp_path, devices, strategy="auto"):
+    trainer = L.Trainer(accelerator=device.type, devices=devices, strategy=strategy, fast_dev_run=2,
+                        default_root_dir=tmp_path, logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Model(), torch.utils.data.DataLoader(RandomDataset(32, 16), batch_size=4))
+    assert trainer.strategy.root_device.type == device.type
+
+
+def test_one_device(emulated_device, tmp_path):
+    fit(emulated_device, tmp_path, 1)
+
+
+def test_two_devices(emulated_device, tmp_path):
+    fit(emulated_device, tmp_path, 2, os.environ["STRATEGY"])
+'''
+
+
+def _user_pytest(project: Path, args: list[str], timeout: float = 600, **env: str):
+    """``pytest ARGS`` in a user's project outside the repository, its conftest.py holding the documented line."""
+    (project / "conftest.py").write_text('pytest_plugins = ["lightning_anyaccel.emulator.pytest_plugin"]\n')
+    clean = {"LIGHTNING_ANYACCEL_EMULATE": "", "LIGHTNING_ANYACCEL_PYTEST_RESTARTED": "", "PYTEST_ADDOPTS": "",
+             "LIGHTNING_ANYACCEL_EMULATE_REPORT": ""}
+    return run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", *args],
+                      env={**clean, **env}, cwd=project, timeout=timeout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("spec", "strategy", "extra_import", "rank_1_index"), [
+    ("xpu:2:memory=2GiB", "ddp_spawn", "", 1),  # torch's own xpu, the page's own spec; spawned ranks
+    # Lightning's default for two devices (ranks that run pytest again); every Gaudi process sees its card as hpu:0
+    ("hpu", "auto", "import lightning_anyaccel\n", 0),
+    ("npu", "auto", "", 1),  # a PrivateUse1 name, without importing the package in the test file
+])
+def test_the_pytest_plugin_fits_on_one_and_two_emulated_devices(tmp_path: Path, spec: str, strategy: str,
+                                                                 extra_import: str, rank_1_index: int) -> None:
+    """A user's project with the documented conftest.py line: a Lightning fit on one and on two emulated devices
+    passes, every process that trained saw the device, its name and its capacity (never the CPU)."""
+    project, ranks = tmp_path / "project", tmp_path / "ranks"
+    project.mkdir()
+    ranks.mkdir()
+    (project / "test_model.py").write_text(USER_TESTS.format(extra_import=extra_import))
+    proc = _user_pytest(project, ["--emulate", spec, "test_model.py"], RANKS_DIR=str(ranks), STRATEGY=strategy)
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-4000:]
+    name = spec.split(":")[0]
+    capacity = 2 << 30 if "memory=2GiB" in spec else 16 << 30
+    seen = {path.name: path.read_text() for path in ranks.iterdir()}
+    assert seen == {"1-0": f"{name}:0 {name} 2 {capacity} 1", "2-0": f"{name}:0 {name} 2 {capacity} 2",
+                    "2-1": f"{name}:{rank_1_index} {name} 2 {capacity} 2"}, (seen, proc.stdout[-3000:])
+
+
+def test_the_pytest_plugin_refuses_a_device_it_can_not_give(tmp_path: Path) -> None:
+    """A spec it can not emulate ends pytest naming --emulate; a device that can not be built fails the test that
+    asks for it, with the reason: nothing trains on the CPU in its place."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_model.py").write_text("def test_on_the_device(emulated_device):\n    raise AssertionError('ran')\n")
+    for spec, says in (("cuda", "'cuda' is a device type torch builds in"),
+                       ("npu:2:memory=4KiB", "below the smallest the emulator makes, 2 MiB")):
+        proc = _user_pytest(project, ["--emulate", spec, "test_model.py"], timeout=300)
+        assert proc.returncode == 4 and f"--emulate {spec}: " in proc.stdout and says in proc.stdout, proc.stdout[-3000:]
+    proc = _user_pytest(project, ["--emulate", "npu", "test_model.py"], timeout=300, CXX="no-such-compiler-here",
+                        LIGHTNING_ANYACCEL_EMULATOR_CACHE=str(tmp_path / "empty-cache"))
+    assert proc.returncode == 1 and "1 error" in proc.stdout and "'ran'" not in proc.stdout, proc.stdout[-3000:]
+    assert "--emulate npu: the emulated device could not be built: CompilerMissingError" in proc.stdout, proc.stdout[-3000:]
 
 
 def test_the_command_names_its_usage_without_a_program() -> None:

@@ -11,7 +11,8 @@ program's files. Then the command runs with the emulated device loaded in every 
 starts (DDP ranks, ``torchrun``/``mpirun`` ranks: ``LIGHTNING_ANYACCEL_EMULATE`` and the autoload
 folder on ``PYTHONPATH`` are inherited), each process writing what it found
 (:mod:`lightning_anyaccel.emulator.problems`) into a temporary folder this command reads at the end.
-Exit status: the program's when it failed, 1 when the scan or the run found a problem, else 0.
+Exit status: the program's when it failed, 1 when the scan or the run found a problem or no process of the
+program had the device, 2 for an option the device can not have (checked before anything runs), else 0.
 See docs/emulate.md.
 """
 
@@ -59,13 +60,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _spec(args: argparse.Namespace) -> str:
-    from lightning_anyaccel.emulator import parse_memory_bytes
+    """The device spec of the options; a bad option ends the command (exit 2) naming it, before anything runs."""
+    from lightning_anyaccel.emulator import check_spec
 
-    spec = f"{args.name}:{args.devices}"
+    checks = [("--as", args.name, args.name), ("--devices", str(args.devices), f"{args.name}:{args.devices}")]
     if args.memory:
-        spec += f":memory={args.memory}"
-        parse_memory_bytes(spec)  # a size it can not read fails here, naming the forms it reads
-    return spec
+        checks.append(("--memory", args.memory, f"{args.name}:1:memory={args.memory}"))
+    for option, value, spec in checks:
+        try:
+            check_spec(spec)
+        except ValueError as err:
+            _parser().error(f"{option} {value}: {err}")
+    return f"{args.name}:{args.devices}" + (f":memory={args.memory}" if args.memory else "")
 
 
 def run_scan(paths: list[Path]) -> int:
@@ -113,8 +119,6 @@ def _end(proc: subprocess.Popen[bytes], status: int) -> int:
 HINTS = {
     "tensor on another device": "a tensor made without device= lives on the CPU: create it on the data's device"
                                 " (device=x.device, or self.device in a LightningModule) or register it as a buffer",
-    "CUDA-only API": "torch.accelerator or torch.get_device_module(device) serves every device (the scan names the"
-                     " replacement)",
     "CUDA-only code": "Lightning places the model and batches; elsewhere use .to(device) with the device in use",
     "out of memory": "the size fits your host, not a device of this capacity: use a smaller batch, or --memory to"
                      " match the target device",
@@ -136,15 +140,35 @@ def summarize(reports: list[dict[str, Any]], name: str, returncode: int) -> tupl
              f"device: {name} (emulated)   processes: {len(reports)}"
              + (f" (ranks {', '.join(map(str, ranks))})" if ranks else "")
              + f"   optimizer steps: {steps} (the most any process took)   exit status: {returncode}"]
-    if not problems:
+    if not reports:
+        lines.append("problems: not known: no process of the program had the emulated device")
+    elif not problems:
         lines.append("problems: none" + (" found before the program failed" if returncode else ""))
     for (kind, file, line), problem in problems.items():
         lines.append(f"{file}:{line}: {kind}: {problem['message']}")
         for frame in problem["frames"]:
             lines.append(f"    {frame['file']}:{frame['line']} in {frame['function']}: {frame['code']}")
-        if kind in HINTS:
-            lines.append(f"    fix: {HINTS[kind]}")
+        if problem.get("origin"):
+            lines.append(f"    {problem['origin']}")
+        fix = _fix(problem)
+        if fix:
+            lines.append(f"    fix: {fix}")
     return "\n".join(lines), len(problems)
+
+
+def _fix(problem: dict[str, Any]) -> str:
+    """What to write instead: the scan's code for a ``torch.cuda`` call, else the kind's hint."""
+    if problem["kind"] == "CUDA-only API" and problem.get("api"):
+        from lightning_anyaccel.emulator.scan import replacement_for, scan
+
+        api = f"torch.cuda.{problem['api']}"
+        frame = problem["frames"][0] if problem["frames"] else {"file": "", "line": 0}
+        found = [f for f in (scan([Path(str(frame["file"]))]) if frame["file"] else [])
+                 if f.line == frame["line"] and f.what.replace("amp.", "") == api]
+        if not found:
+            return f"{replacement_for(str(problem['api']))} (...: the call's own arguments)"
+        return f"{found[0].replacement} (runs on every device, and on a machine without one)"
+    return HINTS.get(str(problem["kind"]), "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,10 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     paths = args.paths or ([script.parent] if script is not None else [])
     if not command and not args.scan_only:
         _parser().error("put the program's command after `--` (or give --scan-only and the paths to scan)")
+    spec = _spec(args) if not args.scan_only else ""
     found = run_scan(paths) if paths and not args.no_scan else 0
     if args.scan_only:
         return 1 if found else 0
-    spec = _spec(args)
     from lightning_anyaccel.emulator import AUTOLOAD, ENV_VAR
     from lightning_anyaccel.emulator.build import build
     from lightning_anyaccel.emulator.problems import REPORT_ENV
@@ -178,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     text, problems = summarize(reports, args.name, returncode)
     print(text)
     if not reports:
-        print("emulate: no Python process of the program loaded the emulated device (is the command a Python"
-              " program? a `python -I`/`-S` interpreter ignores PYTHONPATH)")
+        print(f"emulate: no process of the program had the emulated device, so nothing ran on it (exit status"
+              f" {returncode or 1}): is the command a Python program with torch? A `python -I`/`-S` interpreter"
+              " ignores PYTHONPATH; a process that could not load the device says why above")
+        return returncode or 1
     return returncode if returncode else (1 if problems or found else 0)
 
 

@@ -36,12 +36,24 @@ from types import ModuleType
 
 import torch
 
-from lightning_anyaccel.emulator.names import (BACKEND, BUILTIN_TYPES, DEFAULT_MEMORY_BYTES, ENV_VAR, OPTIONS,
-                                              VENDOR_BACKENDS, backend_name, parse_memory_bytes, parse_options,
-                                              parse_spec)
+from lightning_anyaccel.emulator.names import (
+    BACKEND,
+    BUILTIN_TYPES,
+    DEFAULT_MEMORY_BYTES,
+    ENV_VAR,
+    MIN_MEMORY_BYTES,
+    OPTIONS,
+    VENDOR_BACKENDS,
+    backend_name,
+    check_spec,
+    parse_memory_bytes,
+    parse_options,
+    parse_spec,
+)
 
-__all__ = ["AUTOLOAD", "BACKEND", "BUILTIN_TYPES", "DEFAULT_MEMORY_BYTES", "ENV_VAR", "OPTIONS", "backend_name", "emulate",
-           "load", "loaded_name", "loaded_options", "parse_memory_bytes", "parse_options", "parse_spec", "VENDOR_BACKENDS"]
+__all__ = ["AUTOLOAD", "BACKEND", "BUILTIN_TYPES", "DEFAULT_MEMORY_BYTES", "ENV_VAR", "MIN_MEMORY_BYTES", "OPTIONS",
+           "backend_name", "check_spec", "emulate", "load", "loaded_name", "loaded_options", "parse_memory_bytes",
+           "parse_options", "parse_spec", "VENDOR_BACKENDS"]
 
 #: The folder to put on ``PYTHONPATH``: its ``sitecustomize`` loads the device when ``ENV_VAR`` is set.
 AUTOLOAD = Path(__file__).resolve().parent / "autoload"
@@ -80,8 +92,12 @@ def load(name: str, devices: int = 2, options: frozenset[str] = frozenset(),
                     f" can host one PrivateUse1 backend, so it can not also be {name!r}."
                 )
             return getattr(torch, name)
-        from lightning_anyaccel.emulator.backend import (_activate, _attention_on_the_math_backend,
-                                                         _refuse_shallow_copies, _register_collectives)
+        from lightning_anyaccel.emulator.backend import (
+            _activate,
+            _attention_on_the_math_backend,
+            _refuse_shallow_copies,
+            _register_collectives,
+        )
         from lightning_anyaccel.emulator.build import import_extension
         from lightning_anyaccel.emulator.device_module import device_module
 
@@ -129,14 +145,26 @@ def autoload_from_env() -> None:
         raise
 
 
-def emulate(name: str = "npu", devices: int = 2, memory: str | int | None = None) -> torch.device:
+def emulate(name: str = "npu", devices: int = 2, memory: str | int | None = None,
+            options: frozenset[str] = frozenset()) -> torch.device:
     """Load the emulated device in this process and in every Python process it starts; return ``torch.device(name)``.
 
-    ``memory``: each device's capacity (``"4GiB"``, or bytes). Sets ``LIGHTNING_ANYACCEL_EMULATE`` and
-    puts :data:`AUTOLOAD` on ``PYTHONPATH``, so DDP ranks and other children load it too.
+    ``memory``: each device's capacity (``"4GiB"``, or bytes); ``options``: see :data:`OPTIONS`. A spec
+    :func:`check_spec` refuses raises ``ValueError`` before anything loads; ``RuntimeError`` where torch in
+    this process already answered which accelerator it has (``xpu``/``hpu`` after ``import lightning_anyaccel``). Sets ``LIGHTNING_ANYACCEL_EMULATE``
+    and puts :data:`AUTOLOAD` on ``PYTHONPATH``, so DDP ranks and other children load it too.
     """
-    spec = f"{name}:{devices}" + (f":memory={memory}" if memory is not None else "")
-    load(name, devices=devices, memory_bytes=parse_memory_bytes(spec))
+    fields = sorted(options) + ([f"memory={memory}"] if memory is not None else [])
+    spec = f"{name}:{devices}" + (f":{','.join(fields)}" if fields else "")
+    check_spec(spec)
+    load(name, devices=devices, options=options, memory_bytes=parse_memory_bytes(spec))
+    found = torch.accelerator.current_accelerator()
+    if found is None or found.type != name:
+        raise RuntimeError(
+            f"torch in this process reports the accelerator {found}, not the emulated {name!r}: it had answered which"
+            " accelerator the machine has before the device was loaded (importing lightning_anyaccel asks it), and"
+            f" answers once per process. Load it at interpreter start: {ENV_VAR}={spec} with {AUTOLOAD} on"
+            " PYTHONPATH, or run the program under `python -m lightning_anyaccel.emulate`.")
     os.environ[ENV_VAR] = spec
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(AUTOLOAD) not in paths:

@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import sysconfig
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -94,9 +95,13 @@ def build(verbose: bool = False) -> Path:
         os.environ.setdefault("MAX_JOBS", "2")
         # Kineto's headers (the device's activity profiler, csrc/profiler.cpp) include each other by bare name
         kineto = [str(Path(p) / "kineto") for p in cpp_extension.include_paths() if (Path(p) / "kineto").is_dir()]
+        print(f"emulator: compiling the emulated device for torch {torch.__version__} into {directory}"
+              " (once per torch version: about one to two minutes)", file=sys.stderr, flush=True)
+        start = time.monotonic()
         cpp_extension.load(name=EXTENSION, sources=[str(s) for s in SOURCES], build_directory=str(directory),
                            extra_cflags=["-O1"], extra_include_paths=kineto, is_python_module=True, verbose=verbose)
         done.write_text(f"{torch.__version__}\n")
+        print(f"emulator: compiled in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
     return lib
 
 
@@ -114,8 +119,6 @@ def import_extension() -> ModuleType:
 
 
 if __name__ == "__main__":
-    import time
-
     start = time.perf_counter()
     path = build(verbose="-v" in sys.argv)
     print(f"emulator extension: {path} ({time.perf_counter() - start:.1f} s)")

@@ -13,6 +13,10 @@ ENV_VAR = "LIGHTNING_ANYACCEL_EMULATE"
 #: allocation raises ``torch.OutOfMemoryError``. Address space only: host memory is used as tensors use it.
 DEFAULT_MEMORY_BYTES = 16 << 30
 
+#: The smallest capacity a device can have (``memory=SIZE``): the allocator's large segments are 2 MiB
+#: (``kLargeSegment`` in ``csrc/emulator.cpp``, which refuses less).
+MIN_MEMORY_BYTES = 2 << 20
+
 #: The collective backend registered for the emulated device type. Vendors register theirs
 #: (hccl, cncl, ...) the same way; a name of its own keeps records from claiming a vendor library ran.
 BACKEND = "emuccl"
@@ -43,10 +47,49 @@ def backend_name(device_type: str) -> str:
 
 
 def parse_spec(spec: str) -> tuple[str, int]:
-    """``"npu"`` -> ``("npu", 2)``, ``"emu:4"`` -> ``("emu", 4)`` (options, a third field, are :func:`parse_options`'s)."""
+    """``"npu"`` -> ``("npu", 2)``, ``"emu:4"`` -> ``("emu", 4)`` (options, a third field, are :func:`parse_options`'s).
+
+    A count that is not a whole number of at least 1 raises ``ValueError``, naming the forms read.
+    """
     name, _, rest = spec.partition(":")
-    count = rest.partition(":")[0]
+    count = rest.partition(":")[0].strip()
+    if count and not (count.isdigit() and int(count) >= 1):
+        raise ValueError(f"the device count {count!r} in {spec!r} is not a whole number of at least 1;"
+                         " write e.g. npu:2 (two devices) or xpu:1")
     return name.strip(), int(count) if count else 2
+
+
+def check_spec(spec: str) -> tuple[str, int, frozenset[str], int | None]:
+    """Name, count, options and memory of ``spec``, checked before anything loads; ``ValueError`` says what is wrong.
+
+    The name is ``xpu``, ``hpu`` or a name of one's own (letters, digits, ``_``; not a device type torch builds
+    in, such as ``cuda`` or ``mps``); the count at least 1; the memory at least :data:`MIN_MEMORY_BYTES`.
+    """
+    name, count = parse_spec(spec)
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise ValueError(f"the device name {name!r} in {spec!r} is not a device type: write a lower-case name of"
+                         " letters, digits and _ (npu, mlu, xpu, hpu, ...)")
+    if name not in BUILTIN_TYPES and _is_torch_type(name):
+        raise ValueError(f"{name!r} is a device type torch builds in, which the emulator can not be: emulate"
+                         f" {' or '.join(BUILTIN_TYPES)}, or a name of your own (npu, mlu, ...)")
+    memory = parse_memory_bytes(spec)
+    if memory is not None and memory < MIN_MEMORY_BYTES:
+        raise ValueError(f"a device of {memory} bytes ({spec!r}) is below the smallest the emulator makes,"
+                         f" {MIN_MEMORY_BYTES >> 20} MiB: ask for e.g. 64MiB")
+    return name, count, parse_options(spec), memory
+
+
+def _is_torch_type(name: str) -> bool:
+    """Whether torch parses ``name`` as one of its own device types (not this process's PrivateUse1 name)."""
+    import torch
+
+    if name == torch._C._get_privateuse1_backend_name():
+        return False
+    try:
+        torch.device(name)
+    except RuntimeError:
+        return False
+    return True
 
 
 def parse_options(spec: str) -> frozenset[str]:

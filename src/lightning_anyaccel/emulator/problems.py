@@ -73,15 +73,20 @@ def _stack(frame: FrameType | None) -> list[tuple[str, int, str]]:
     return list(reversed(frames))
 
 
-def record(kind: str, message: str, frames: list[tuple[str, int, str]]) -> None:
-    """Note a problem once per kind and place of the user's code."""
+def record(kind: str, message: str, frames: list[tuple[str, int, str]], **details: str) -> None:
+    """Note a problem once per place of the user's code (``details``: ``api``, the ``torch.cuda`` function;
+    ``origin``, where a stray tensor was made)."""
     where = _user_frames(frames)
     if not where and kind == "error":  # a launcher's or a library's own failure (torchrun's ChildFailedError)
         return
     key = (kind, where[0]["file"], where[0]["line"]) if where else (kind, message)
     if any(p["key"] == list(key) for p in _state["problems"]):
         return
-    _state["problems"].append({"key": list(key), "kind": kind, "message": message, "frames": where})
+    if kind != "CUDA-only API" and where and any(
+            p["kind"] == "CUDA-only API" and p["key"][1:] == [where[0]["file"], where[0]["line"]]
+            for p in _state["problems"]):
+        return  # the torch.cuda call noted at this line failing for want of CUDA: the same problem, one fix
+    _state["problems"].append({"key": list(key), "kind": kind, "message": message, "frames": where, **details})
     report()
 
 
@@ -109,8 +114,68 @@ def _excepthook(previous: Any, kind: type[BaseException], error: BaseException, 
         while chain is not None:
             frames = [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(chain.__traceback__)] + frames
             chain = chain.__cause__ or chain.__context__
-        record(found, message, frames)
+        details = {"origin": stray_tensor_origin(_innermost_user_frame(error))} if found == "tensor on another device" \
+            else {}
+        record(found, message, frames, **details)
     previous(kind, error, tb)
+
+
+def _innermost_user_frame(error: BaseException) -> FrameType | None:
+    """The user's frame nearest to where ``error`` (or the error it was raised from) happened."""
+    found: FrameType | None = None
+    chain: BaseException | None = error
+    while chain is not None and found is None:
+        tb = chain.__traceback__
+        while tb is not None:
+            if is_user_file(tb.tb_frame.f_code.co_filename):
+                found = tb.tb_frame
+            tb = tb.tb_next
+        chain = chain.__cause__ or chain.__context__
+    return found
+
+
+def stray_tensor_origin(frame: FrameType | None) -> str:
+    """Where the CPU tensor of a same-device error was made: the line that assigned a local variable of the
+    failing function holding a CPU tensor (beside one on a device), or a sentence saying it is not known."""
+    if frame is None:
+        return "where the CPU tensor was made is not known: no frame of your code was running"
+    tensors = {name: v for name, v in frame.f_locals.items() if isinstance(v, torch.Tensor) and v.dim() > 0}
+    on_cpu = [name for name, v in tensors.items() if v.device.type == "cpu"]
+    if not on_cpu or all(v.device.type == "cpu" for v in tensors.values()):
+        return (f"where the CPU tensor was made is not known: it is no local variable of {frame.f_code.co_name}()"
+                " (an attribute, a global or a function's result: look for a tensor made without device=)")
+    made = _assignments(frame, set(on_cpu))
+    where = [f"{name} made on the CPU at {frame.f_code.co_filename}:{line}: {code}" for name, (line, code) in made.items()]
+    unknown = [name for name in on_cpu if name not in made]
+    if unknown:
+        where.append(f"{', '.join(unknown)} on the CPU (not assigned in {frame.f_code.co_name}(): an argument)")
+    return "; ".join(where)
+
+
+def _assignments(frame: FrameType, names: set[str]) -> dict[str, tuple[int, str]]:
+    """The last line of ``frame``'s function, up to where it stopped, that assigned each of ``names``."""
+    import ast
+    import linecache
+
+    code = frame.f_code
+    source = "".join(linecache.getlines(code.co_filename))
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    made: dict[str, tuple[int, str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name \
+                and node.lineno <= frame.f_lineno <= (node.end_lineno or node.lineno):
+            for inner in ast.walk(node):
+                if not isinstance(inner, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                    continue
+                targets = inner.targets if isinstance(inner, ast.Assign) else [inner.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id in names and inner.lineno < frame.f_lineno \
+                            and inner.lineno >= made.get(target.id, (0, ""))[0]:
+                        made[target.id] = (inner.lineno, linecache.getline(code.co_filename, inner.lineno).strip())
+    return made
 
 
 def _wrap_cuda_api() -> None:
@@ -123,7 +188,7 @@ def _wrap_cuda_api() -> None:
             caller = sys._getframe(1)
             if is_user_file(caller.f_code.co_filename):
                 record("CUDA-only API", f"torch.cuda.{name}() called: the emulated device is not CUDA",
-                       _stack(caller))
+                       _stack(caller), api=name)
             return function(*args, **kwargs)
 
         return call

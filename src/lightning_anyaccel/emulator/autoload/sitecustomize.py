@@ -28,6 +28,22 @@ def _run_the_shadowed_sitecustomize(here: str) -> None:
 
 
 def _load_emulator(package: str) -> None:
+    """Load the device named by the variable; a process that can not have it ends with the reason (exit 1).
+
+    An interpreter without torch (a tool of another environment) has no device to get: it runs as it is.
+    """
+    if importlib.util.find_spec("torch") is None:
+        return
+    try:
+        _load(package)
+    except Exception as err:  # never a run on the CPU in place of the device asked for
+        sys.stderr.write(f"emulator: this process can not have the emulated device"
+                         f" {os.environ.get('LIGHTNING_ANYACCEL_EMULATE')!r}: {type(err).__name__}: {err}\n")
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def _load(package: str) -> None:
     name = "lightning_anyaccel.emulator"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, os.path.join(package, "__init__.py"),
