@@ -57,7 +57,8 @@ def unstated_numbers(notebook: dict[str, Any]) -> list[str]:
         prose = _prose("".join(cell["source"]))
         for match in PROSE_NUMBER.finditer(prose):
             if not any(abs(_value(match.group()) - k) < 1e-9 for k in known):
-                line = prose[prose.rfind("\n", 0, match.start()) + 1:prose.find("\n", match.end())]
+                end = prose.find("\n", match.end())
+                line = prose[prose.rfind("\n", 0, match.start()) + 1:end if end >= 0 else None]
                 missing.append(f"{match.group()} in: {line.strip()}")
     return missing
 
