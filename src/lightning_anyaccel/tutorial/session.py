@@ -89,12 +89,14 @@ def start(notebook: str) -> Setup:
     quiet_lightning()
     torch.set_num_threads(1)  # the tutorial's models are small: more CPU threads only cost time
     accelerator = AnyAccelerator()  # the device torch.accelerator reports, else the CPU
-    spec = get_spec(accelerator.device_type)
+    device_type = accelerator.device_type
+    assert device_type is not None, "AnyAccelerator() resolves its device type"
+    spec = get_spec(device_type)
     display(Markdown(f"*{run_time_line(notebook)}*"))
-    print(f"device type: {accelerator.device_type} ({spec.name})")
+    print(f"device type: {device_type} ({spec.name})")
     print(f"torch {torch.__version__}, lightning {L.__version__}, "
           f"lightning-anyaccel {lightning_anyaccel.__version__}")
-    return Setup(accelerator, accelerator.device_type, spec)
+    return Setup(accelerator, device_type, spec)
 
 
 def finish() -> None:
