@@ -49,14 +49,16 @@ def unstated_numbers(notebook: dict[str, Any]) -> list[str]:
         if cell["cell_type"] == "code":
             for text in ("".join(cell["source"]), _outputs_text(cell)):
                 known.update(_value(t) for t in ANY_NUMBER.findall(text))
-    known |= {k / 100 for k in known} | {k * 100 for k in known}  # 98.5 % is 0.985
+    as_percent = {k * 100 for k in known}  # 98.5 % (or points) is 0.985
     missing = []
     for cell in notebook["cells"]:
         if cell["cell_type"] != "markdown":
             continue
         prose = _prose("".join(cell["source"]))
         for match in PROSE_NUMBER.finditer(prose):
-            if not any(abs(_value(match.group()) - k) < 1e-9 for k in known):
+            percent = re.match(r"\s?(%|percent|points?)", prose[match.end():])
+            candidates = known | as_percent if percent else known
+            if not any(abs(_value(match.group()) - k) < 1e-9 for k in candidates):
                 end = prose.find("\n", match.end())
                 line = prose[prose.rfind("\n", 0, match.start()) + 1:end if end >= 0 else None]
                 missing.append(f"{match.group()} in: {line.strip()}")
