@@ -6,13 +6,13 @@ only copies of the notebooks, so that each notebook shows it runs wherever it is
 what is missing and writes the files it imports itself); plus what a test needs: ``--no-browser``, a token, a free port on 127.0.0.1, no update check and the app
 object exposed to the page. Chromium (``/usr/bin/chromium``, driven by Playwright) opens every
 notebook, switches it to the ``lightning-anyaccel`` kernel, runs all cells, and the test checks
-that every code cell ran without an error output and that the notebook ends with its result
-(a picture). The executed notebook is then stored for the documentation build
+that every code cell ran without an error output and that every number its text names is one its
+code sets or its outputs show (``tests/_notebook_checks.py``). The executed notebook is then stored for the documentation build
 (``docs/_ext/notebook_cache.py``), which so does not execute the notebooks a second time.
 
 Every wait is bounded; JupyterLab's process group is killed if it does not shut down. The
-static checks at the end (links, line lengths, the install cell, the files the notebooks write)
-need no browser.
+static checks at the end (links, line lengths, the install cell, the recorded run times, unused
+imports, the files the notebooks write) need no browser.
 """
 
 from __future__ import annotations
