@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 # The dev/CI tools and the package's dependencies, pinned with hashes (`make lock` regenerates it).
 LOCK := requirements/dev.lock
 
-.PHONY: install run check lint test-quick test test-suite test-emulated typecheck test-snippets emulator bench docs lab clean lock test-compat records records-parity
+.PHONY: install run check lint test-quick test test-suite test-emulated typecheck test-snippets emulator bench docs lab clean lock test-compat records records-parity notebook-times
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -154,6 +154,16 @@ test-snippets: install
 docs: install
 	$(PYTHON) -m sphinx -W --keep-going -E -b html . _build/html
 	@echo "site: _build/html/index.html"
+
+# The run time each notebook's header shows (lightning_anyaccel.tutorial.session): every notebook alone,
+# one after the other, with nbmake; its last cell writes the time it measured into RUN_TIMES (commit it).
+RUN_TIMES := src/lightning_anyaccel/tutorial/run_times.json
+notebook-times: install
+	for notebook in notebooks/*.ipynb; do \
+		LIGHTNING_ANYACCEL_RECORD_RUN_TIMES=$(CURDIR)/$(RUN_TIMES) $(PYTHON) -m pytest -p no:xdist -p no:cacheprovider \
+			-q --nbmake --timeout 600 $$notebook || exit 1; \
+	done
+	@cat $(RUN_TIMES)
 
 # JupyterLab on the notebooks, with this environment registered as the kernel "lightning-anyaccel".
 KERNEL ?= lightning-anyaccel

@@ -6,13 +6,13 @@ only copies of the notebooks, so that each notebook shows it runs wherever it is
 what is missing and writes the files it imports itself); plus what a test needs: ``--no-browser``, a token, a free port on 127.0.0.1, no update check and the app
 object exposed to the page. Chromium (``/usr/bin/chromium``, driven by Playwright) opens every
 notebook, switches it to the ``lightning-anyaccel`` kernel, runs all cells, and the test checks
-that every code cell ran without an error output and that the notebook ends with its result
-(a picture). The executed notebook is then stored for the documentation build
+that every code cell ran without an error output and that every number its text names is one its
+code sets or its outputs show (``tests/_notebook_checks.py``). The executed notebook is then stored for the documentation build
 (``docs/_ext/notebook_cache.py``), which so does not execute the notebooks a second time.
 
 Every wait is bounded; JupyterLab's process group is killed if it does not shut down. The
-static checks at the end (links, line lengths, the install cell, the files the notebooks write)
-need no browser.
+static checks at the end (links, line lengths, the install cell, the recorded run times, unused
+imports, the files the notebooks write) need no browser.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import notebook_cache  # noqa: E402
+from _notebook_checks import unstated_numbers, unused_imports  # noqa: E402
 
 from _browser import CHROMIUM, launched_chromium  # noqa: E402
 
@@ -205,10 +206,8 @@ def test_notebook_runs_in_jupyterlab(lab, browser, name):
     assert kernel_name == KERNEL
     problems = notebook_cache.problems(executed)
     assert not problems, f"{name}: {problems}"
-    code_cells = [c for c in executed["cells"] if c["cell_type"] == "code"]
-    last_outputs = code_cells[-1].get("outputs", [])
-    data = [o.get("data", {}) for o in last_outputs]
-    assert any("image/png" in d for d in data), f"{name}: the last cell shows no picture: {last_outputs}"
+    unstated = unstated_numbers(executed)
+    assert not unstated, f"{name}: numbers in the text that no code sets and no output shows: {unstated}"
     assert not outside, f"{name}: JupyterLab asked for addresses outside the server: {outside[:5]}"
     notebook_cache.store(NOTEBOOKS / name, executed)  # the docs build reuses this run
 
@@ -241,32 +240,52 @@ def test_notebook_links_work_in_jupyterlab_and_on_the_site(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_notebook_states_run_time_and_what_to_change(name):
+def test_notebook_shows_its_measured_run_time_and_what_to_change(name):
+    """The run time in a notebook's header is the one its last run to the end recorded (``start``
+    shows it, ``finish`` in the last cell measures it; ``make notebook-times`` records it), never typed."""
+    code = _cells(name, "code")
+    assert f'start("{name.removesuffix(".ipynb")}")' in code[1], f"{name}: the second cell calls start(...)"
+    assert code[-1].strip() == "finish()", f"{name}: the last cell is finish()"
+    times = json.loads((ROOT / "src" / "lightning_anyaccel" / "tutorial" / "run_times.json").read_text())
+    assert times.get(name.removesuffix(".ipynb"), {}).get("cpus") == 2, \
+        f"{name}: no run time measured on 2 CPU cores: run `make notebook-times` and commit run_times.json"
     markdown = "\n".join(_cells(name, "markdown"))
-    assert re.search(r"Run time: .*\d+.* on 2 CPU cores", markdown), f"{name}: no measured run time"
+    assert "Run time:" not in markdown, f"{name}: a run time typed into the text"
     assert "## What to change" in markdown, f"{name}: no 'What to change' section"
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_code_fits_the_page(name):
-    # the launch scripts are the repository's files as they are (test_notebook_writes_what_it_imports)
-    cells = [text for text in _cells(name, "code") if not text.startswith("%%bash\ncat > launch/")]
+    # the install line holds the repository's URL whole, so that it can be copied (the site scrolls it)
+    cells = _cells(name, "code")[1:]
     long = [line for text in cells for line in text.splitlines() if len(line) > MAX_CODE_LINE]
     assert not long, f"{name}: lines longer than {MAX_CODE_LINE} characters scroll on the site: {long}"
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_notebook_imports_only_what_it_uses(name):
+    """No unused import in a notebook's cells, nor in a module it writes (``%%writefile``)."""
+    code = _cells(name, "code")
+    assert not unused_imports(code), f"{name}: imported and never used: {unused_imports(code)}"
+    for text in code:
+        if text.startswith("%%writefile ") and text.partition("\n")[0].endswith(".py"):
+            module = text.partition("\n")[2]
+            assert not unused_imports([module]), f"{name}, {text.splitlines()[0]}: {unused_imports([module])}"
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_notebook_installs_what_is_missing_first(name):
-    """The first code cell installs the package (from pyproject's repository URL) and what the notebook
-    imports with ``%pip``, only when it is missing: in this environment it does nothing."""
+    """The first code cell, at most 3 lines, installs the package with its ``tutorial`` extra (from
+    pyproject's repository URL) with ``%pip``, only when it is missing: in this environment it does nothing."""
     first = _cells(name, "code")[0]
+    assert len(first.strip().splitlines()) <= 3, first
     repository = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
-    assert f'REPOSITORY = "{repository.rstrip("/")}"' in first, first
-    assert "importlib.util.find_spec(module) is None" in first and "\nif missing:\n    %pip install" in first
-    assert "torch" not in first.split("PACKAGES = {", 1)[1].split("}", 1)[0], "never install torch"
+    assert f'%pip install -q "lightning-anyaccel[tutorial] @ git+{repository.rstrip("/")}"' in first, first
+    assert "torch" not in first.split("%pip", 1)[1], "never install torch"
+    guard = first.split("\n    %pip")[0] + "\n    missing = True\nelse:\n    missing = False"
     namespace: dict = {}
-    exec(first.split("\nif missing:")[0], namespace)  # the guard only: nothing is installed here
-    assert namespace["missing"] == [], f"{name} would install {namespace['missing']} in this environment"
+    exec(guard, namespace)  # the guard only: nothing is installed here
+    assert namespace["missing"] is False, f"{name} would install the package in this environment"
 
 
 def _written_files() -> dict[str, dict[str, str]]:
@@ -295,16 +314,24 @@ def test_notebook_writes_what_it_imports(name):
             assert any(t == f"{module}.py" or t.endswith(f"/{module}.py") for t in written), \
                 f"{name} imports {module} without writing {module}.py"
     assert "from tutorial" not in code and "../" not in code, f"{name} reads files of the repository"
-    copied = set(re.findall(r'copy_script\("([\w.]+)"\)', code))  # from lightning_anyaccel.tutorial
+    copied = set(re.findall(r'copy_script\("([\w./]+)"\)', code))  # from lightning_anyaccel.tutorial
     for script in copied:
         assert (ROOT / "src" / "lightning_anyaccel" / "tutorial" / script).is_file(), script
     for script in re.findall(r'"([\w/]+\.(?:py|sh))"', code):
-        assert script in written | copied or any(t.endswith(f"/{script}") for t in written), \
+        assert script in written | copied or any(t.endswith(f"/{script}") for t in written | copied), \
             f"{name} launches {script} without writing or copying it"
 
 
 #: a code cell this long that two notebooks share is a helper to write once (lightning_anyaccel.tutorial)
 SHARED_CELL_LINES = 10
+
+
+def test_the_launch_scripts_ship_once():
+    """Notebook 4 shows and runs the repository's launch scripts, shipped with the package (a link to
+    ``scripts/launch/``), never a copy typed into a cell."""
+    shipped = ROOT / "src" / "lightning_anyaccel" / "tutorial" / "launch"
+    assert shipped.is_symlink() and shipped.resolve() == (ROOT / "scripts" / "launch").resolve()
+    assert not [t for t in _written_files() if t.startswith("launch/")], "a launch script pasted into a notebook"
 
 
 def test_no_notebook_repeats_another_notebooks_code():
@@ -323,7 +350,7 @@ def test_no_notebook_repeats_another_notebooks_code():
 
 
 def test_notebooks_write_the_same_files_alike():
-    """A file two notebooks write has one content; the launch scripts are the repository's own
+    """A file two notebooks write has one content; a launch script is the repository's own
     (``scripts/launch/``, which the scale-out tests run)."""
     for target, by in _written_files().items():
         contents = set(by.values())

@@ -117,6 +117,9 @@ def test_wheel_contents_and_metadata(dist):
     assert {"lightning_anyaccel/emulator/csrc/emulator.cpp", "lightning_anyaccel/emulator/autoload/sitecustomize.py",
             "lightning_anyaccel/emulate.py", "lightning_anyaccel/emulator/build.py"} <= set(names)
     assert not [n for n in names if n.endswith((".so", ".o", ".pyd"))], "the wheel ships a compiled library"
+    # what a downloaded notebook reads from the package: its recorded run time, notebook 4's launch scripts
+    assert {"lightning_anyaccel/tutorial/run_times.json", "lightning_anyaccel/tutorial/launch/torchrun.sh",
+            "lightning_anyaccel/tutorial/launch/slurm.sbatch"} <= set(names)
     assert metadata["Version"] == __version__
     requires = [Requirement(r) for r in metadata.get_all("Requires-Dist")]
     core = {r.name: r for r in requires if r.marker is None}

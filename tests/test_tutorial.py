@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -61,3 +63,53 @@ def test_importing_the_package_does_not_import_the_tutorial():
     code = "import sys, lightning_anyaccel; print('lightning_anyaccel.tutorial' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def test_copy_script_copies_a_launch_script_of_the_repository(tmp_path):
+    copied = tutorial.copy_script("launch/torchrun.sh", tmp_path)
+    repository = tutorial.HERE.parents[2] / "scripts" / "launch" / "torchrun.sh"
+    assert copied.read_text() == repository.read_text() and copied.stat().st_mode & 0o111
+
+
+def test_finish_records_the_run_time_the_next_header_shows(tmp_path, monkeypatch, capsys):
+    from lightning_anyaccel.tutorial import session
+
+    with pytest.raises(RuntimeError, match="finish\\(\\) before start\\(\\)"):
+        monkeypatch.setattr(session, "_started", {})
+        session.finish()
+    record = tmp_path / "run_times.json"
+    monkeypatch.setenv(session.RECORD_ENV, str(record))
+    monkeypatch.setattr(session, "_started", {"07_made_up": time.time() - 42})
+    session.finish()
+    assert "07_made_up: 42 s from the kernel's start to here" in capsys.readouterr().out
+    times = json.loads(record.read_text())
+    assert times["07_made_up"]["seconds"] == pytest.approx(42, abs=2)
+    assert session.run_time_line("07_made_up", times).startswith("Run time: 42 s on ")
+    assert session.run_time_line("08_never_ran", times) == \
+        "Run time: not measured yet (`make notebook-times` measures it)."
+
+
+def _notebook(markdown: str, code: str, output: str) -> dict:
+    return {"cells": [{"cell_type": "markdown", "source": [markdown]},
+                      {"cell_type": "code", "source": [code],
+                       "outputs": [{"output_type": "stream", "name": "stdout", "text": [output]}]}]}
+
+
+def test_a_number_in_the_text_must_come_from_the_run():
+    """The check tests/test_lab.py runs on every executed notebook, failing on a made-up one."""
+    from _notebook_checks import unstated_numbers
+
+    typed = _notebook("The accuracies differ by 1.5 points on 1,797 images.", "acc = fit()",
+                      "differ by 0.7 points; 1797 images")
+    assert unstated_numbers(typed) == ["1.5 in: The accuracies differ by 1.5 points on 1,797 images."]
+    measured = _notebook("## 2. Heading\nAt least 0.9 in notebook 3 (`devices=4`): 98.5 % of "
+                         "[the guide](https://x/y_2.html).", "assert acc >= 0.9", "accuracy 0.985")
+    assert unstated_numbers(measured) == []
+
+
+def test_an_unused_import_in_a_notebook_is_found():
+    from _notebook_checks import unused_imports
+
+    cells = ["import json\nfrom pathlib import Path\nimport this  # noqa: F401",
+             "%pip install -q {PACKAGE}\nprint(Path('.'))", "%%writefile x.py\nimport os"]
+    assert unused_imports(cells) == ["json (cell 0)"]

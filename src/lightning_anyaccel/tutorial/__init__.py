@@ -1,7 +1,8 @@
-r"""What the tutorial notebooks use and do not teach: tables, bounded child processes, showing code.
+r"""What the tutorial notebooks use and do not teach: the set-up, tables, bounded child processes, showing code.
 
 The notebooks (``notebooks/`` in the repository, the Tutorial pages of the site) import these instead
-of each writing the same helpers again; the data and the model they share are in
+of each writing the same helpers again: ``start``/``finish`` (:mod:`lightning_anyaccel.tutorial.session`)
+open and close every notebook, ``say`` writes a sentence from a run's results; the data and the model they share are in
 :mod:`lightning_anyaccel.tutorial.digits`, and the training script notebooks 3 and 4 launch is
 :mod:`lightning_anyaccel.tutorial.train_digits`. Nothing here is imported by
 ``import lightning_anyaccel``; the notebooks' one install line is
@@ -28,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from lightning_anyaccel.tools.local_runs import child_env, free_port, quiet_lightning
+from lightning_anyaccel.tutorial.session import finish, say, start
 
-__all__ = ["child_env", "copy_script", "free_port", "html_table", "quiet_lightning", "run_script",
-           "run_together", "show_source"]
+__all__ = ["child_env", "copy_script", "finish", "free_port", "html_table", "quiet_lightning", "run_script",
+           "run_together", "say", "show_file", "show_source", "start"]
 
 #: The folder of the tutorial's scripts (``train_digits.py``): part of the installed package.
 HERE = Path(__file__).resolve().parent
@@ -58,14 +60,27 @@ def show_source(obj: object) -> Any:
     return Code(inspect.getsource(obj), language="python")  # type: ignore[arg-type]
 
 
+def show_file(path: str | os.PathLike[str], language: str = "bash") -> Any:
+    """A file as it is on disk, highlighted, for a notebook (a launch script: one copy, shown where it is used)."""
+    from IPython.display import Code
+
+    return Code(Path(path).read_text(), language=language)
+
+
 def copy_script(name: str, folder: str | os.PathLike[str] = ".") -> Path:
-    """Copy the tutorial script ``name`` (``"train_digits.py"``) into ``folder``; return its path.
+    """Copy the tutorial file ``name`` (``"train_digits.py"``, ``"launch/torchrun.sh"``) into ``folder``.
 
     A launcher on a cluster starts a file, not a module: the notebooks copy the script next to them,
-    where you can change it.
+    where you can change it. ``launch/`` holds the repository's launch scripts (``scripts/launch/``,
+    which the scale-out tests run), shipped with the package. Returns the copy's path.
     """
     target = Path(folder) / name
-    shutil.copyfile(HERE / name, target)
+    source = HERE / name
+    if not source.is_file():
+        raise FileNotFoundError(f"no tutorial file {name!r} in {HERE}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    shutil.copymode(source, target)  # a launch script stays executable
     return target
 
 

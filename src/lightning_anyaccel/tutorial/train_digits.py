@@ -9,11 +9,12 @@ Notebook 3 launches this script on one node, notebook 4 on several (they copy it
         python train_digits.py --devices 2 --num-nodes 2    # on each node
 
 Every process prints one "[node N rank R]" line when training starts; global rank 0
-writes the results (test accuracy, throughput, batch sizes) as JSON to --out.
+writes the results (test accuracy, validation accuracy per epoch, throughput, batch sizes) as JSON to --out.
 """
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -39,10 +40,12 @@ class WhoAmI(Callback):
         backend = dist.get_backend() if dist.is_initialized() else "none (1 process)"
         rank = f"{trainer.global_rank}/{trainer.world_size}"
         where = f"node {trainer.node_rank} rank {rank}"
-        print(f"[{where}] local_rank={trainer.local_rank}"
-              f" device={trainer.strategy.root_device} backend={backend}"
-              f" environment={type(env).__name__ if env else None}"
-              f" train_batches_per_epoch={trainer.num_training_batches}", flush=True)
+        line = (f"[{where}] local_rank={trainer.local_rank}"
+                f" device={trainer.strategy.root_device} backend={backend}"
+                f" environment={type(env).__name__ if env else None}"
+                f" train_batches_per_epoch={trainer.num_training_batches}\n")
+        sys.stdout.write(line)  # one write: the processes share the output, lines stay whole
+        sys.stdout.flush()
 
 
 class EpochTimer(Callback):
@@ -54,6 +57,7 @@ class EpochTimer(Callback):
 
     def __init__(self) -> None:
         self.samples_per_s: list[float] = []
+        self.val_acc: list[tuple[int, float]] = []  # (optimizer steps so far, validation accuracy)
         self.local_samples_per_s: list[float] = []
         self.epoch_s: list[float] = []
         self._start, self._samples = 0.0, 0
@@ -73,6 +77,11 @@ class EpochTimer(Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         self._samples += len(batch[0])
+
+    @override
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:  # val_acc is logged with sync_dist: the same on every process
+            self.val_acc.append((trainer.global_step, float(trainer.callback_metrics["val_acc"])))
 
     @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -142,10 +151,11 @@ def main() -> None:
             "node_of_rank": [r // args.devices for r in range(trainer.world_size)],
             "epoch_s": timer.epoch_s,
             "val_acc": val_acc,
+            "val_acc_by_step": timer.val_acc,
             "test_acc": test_acc,
         }
-        print(f"[rank 0] test_acc={test_acc:.4f} "
-              f"samples/s (last epoch)={timer.samples_per_s[-1]:.0f}", flush=True)
+        print(f"[rank 0] test_acc={test_acc:.4f}, training throughput of all processes in the "
+              f"last epoch: {timer.samples_per_s[-1]:.0f} samples/s", flush=True)
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=2))
