@@ -1,26 +1,32 @@
 """The DeepSpeed family's own setup steps: what DeepSpeed needs chosen and checked on the device type.
 
+Whether DeepSpeed trains on a device type is one rule, :func:`deepspeed_support`, which the
+strategies, the tools and the documentation ask: DeepSpeed's own accelerator list
+(``SUPPORTED_ACCELERATOR_LIST``) and its own probe (the vendor package its accelerator imports).
 DeepSpeed picks its accelerator once per process (``DS_ACCELERATOR``, else its own guess) and
 imports the vendor's package for it; :func:`select_deepspeed_accelerator` and
-:func:`check_vendor_package` settle both before any worker starts,
+:func:`check_deepspeed_support` settle both before any worker starts,
 :func:`check_active_deepspeed_accelerator` checks DeepSpeed's choice once it made it, and
 :func:`check_inference_support` the Trainer's inference settings. Each step is typed against the
 protocol of what it may use of the strategy (:class:`DeepSpeedTarget`); the family's module
 (:mod:`lightning_anyaccel.strategies.deepspeed`) lists them in its ``SETUP``.
 
 Example:
-    >>> deepspeed_device_types()
-    ['cpu', 'cuda', 'hpu', 'npu', 'xpu']
+    >>> deepspeed_support("musa", probe=False).supported
+    False
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.util
 import os
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
 
-from lightning_anyaccel.device.devices import DEVICE_TABLE
+from lightning_anyaccel import _lightning
+from lightning_anyaccel.device.devices import get_spec
 from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
 from lightning_anyaccel.strategies.steps import ShardedTarget
 
@@ -28,13 +34,93 @@ from lightning_anyaccel.strategies.steps import ShardedTarget
 _DS_ACCELERATOR_SET: set[str] = set()
 
 
-def deepspeed_device_types() -> list[str]:
-    """The device types DeepSpeed runs on, from the device table.
+class DeepSpeedSupport(NamedTuple):
+    """The answer of :func:`deepspeed_support`: whether DeepSpeed trains on a device type, and why not."""
 
-    >>> deepspeed_device_types()
-    ['cpu', 'cuda', 'hpu', 'npu', 'xpu']
+    #: DeepSpeed trains on the device type (``probe=False``: DeepSpeed has an accelerator for it).
+    supported: bool
+    #: Why not, naming what to install or use instead; where supported, what DeepSpeed's accelerator
+    #: needs (``"needs torch_sdaa"``), else ``""``.
+    reason: str
+
+
+#: The strategies that shard on every device type, named where DeepSpeed does not run.
+_INSTEAD = "Use strategy='any_fsdp' or 'any_fsdp2', which need nothing beyond torch."
+
+
+def deepspeed_accelerators() -> tuple[str, ...]:
+    """DeepSpeed's accelerator names (its ``SUPPORTED_ACCELERATOR_LIST``), read from the installed DeepSpeed.
+
+    Read from the source, not imported: importing DeepSpeed makes it choose its accelerator for the
+    process. Empty when DeepSpeed is not installed.
+
+    >>> {"cuda", "cpu", "npu", "sdaa", "mlu"} <= set(deepspeed_accelerators())
+    True
     """
-    return sorted(t for t, spec in DEVICE_TABLE.items() if spec.deepspeed_accelerator)
+    return _accelerator_list()
+
+
+@functools.cache
+def _accelerator_list() -> tuple[str, ...]:
+    try:
+        found = importlib.util.find_spec("deepspeed")
+    except ValueError:
+        found = None
+    if found is None or found.origin is None:
+        return ()
+    source = Path(found.origin).parent / "accelerator" / "real_accelerator.py"
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SUPPORTED_ACCELERATOR_LIST"
+                                                for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    raise RuntimeError(f"{source} no longer defines SUPPORTED_ACCELERATOR_LIST: update deepspeed_accelerators().")
+
+
+def deepspeed_support(device_type: str, *, probe: bool = True) -> DeepSpeedSupport:
+    """Whether DeepSpeed trains on ``device_type``: the one rule the strategies, the tools and the pages ask.
+
+    DeepSpeed runs on a device type when its accelerator list has an accelerator of that name and,
+    with ``probe``, when DeepSpeed's own probe for it passes in this process (``DS_ACCELERATOR``
+    set to the name: the vendor package its accelerator imports, ``torch_npu``, ``torch_sdaa``,
+    ``torch_mlu``, ``habana_frameworks.torch.hpu``, is importable). ``probe=False`` answers what
+    the installed DeepSpeed offers anywhere (the documentation's question), without importing it.
+
+    >>> deepspeed_support("cpu")
+    DeepSpeedSupport(supported=True, reason='')
+    >>> deepspeed_support("sdaa", probe=False)
+    DeepSpeedSupport(supported=True, reason='needs torch_sdaa')
+    >>> deepspeed_support("musa", probe=False).reason.startswith("DeepSpeed has no accelerator for 'musa'")
+    True
+    """
+    names = deepspeed_accelerators()
+    if not names:
+        return DeepSpeedSupport(False, "DeepSpeed is not installed: `pip install lightning-anyaccel[deepspeed]`"
+                                       " (on machines without a CUDA toolkit: `DS_BUILD_OPS=0 pip install deepspeed`).")
+    if device_type not in names:
+        return DeepSpeedSupport(False, f"DeepSpeed has no accelerator for {device_type!r} (it has: {', '.join(names)})."
+                                       f" {_INSTEAD}")
+    spec = get_spec(device_type)
+    if not probe:
+        return DeepSpeedSupport(True, f"needs {spec.vendor_module}" if spec.vendor_module else "")
+    failure = _probe(device_type)
+    if failure is None:
+        return DeepSpeedSupport(True, "")
+    install = f" Install {spec.install}." if spec.install else ""
+    return DeepSpeedSupport(False, f"DeepSpeed's {device_type!r} accelerator can not start here: {failure}{install}"
+                                   f" {_INSTEAD}")
+
+
+def _probe(name: str) -> str | None:
+    """DeepSpeed's probe for its accelerator ``name`` (``DS_ACCELERATOR=name``): ``None``, or its message."""
+    saved = os.environ.get("DS_ACCELERATOR")
+    os.environ["DS_ACCELERATOR"] = name
+    try:
+        return _lightning.probe_deepspeed_accelerator()
+    finally:
+        if saved is None:
+            del os.environ["DS_ACCELERATOR"]
+        else:
+            os.environ["DS_ACCELERATOR"] = saved
 
 
 @functools.cache
@@ -87,25 +173,17 @@ def select_deepspeed_accelerator(strategy: DeepSpeedTarget) -> None:
     _DS_ACCELERATOR_SET.add(name)
 
 
-def check_vendor_package(strategy: DeepSpeedTarget) -> None:
-    """Refuse, before any process starts, a device whose vendor package (which DeepSpeed's accelerator imports) is missing.
+def check_deepspeed_support(strategy: DeepSpeedTarget) -> None:
+    """Refuse, before any process starts, a device type DeepSpeed does not run on here (:func:`deepspeed_support`).
 
-    DeepSpeed's accelerator for a vendor device imports the vendor's package (``torch_npu``,
-    ``habana_frameworks.torch``, ...); a device of that type can come from another backend (an
-    ``npu`` registered by another PrivateUse1 backend, such as the tests' emulator). There,
-    DeepSpeed stops with "NPU_Accelerator requires torch_npu" in every worker once
-    ``DS_ACCELERATOR`` names the device type, and without it picks its CPU accelerator: its
-    distributed start-up then compiles its shared-memory op for minutes while the other ranks wait
-    without a word, and it treats the device's tensors as CPU tensors (docs/limitations.md).
+    Without it, DeepSpeed stops in every worker ("NPU_Accelerator requires torch_npu") once
+    ``DS_ACCELERATOR`` names the device type, and without ``DS_ACCELERATOR`` picks its CPU
+    accelerator: its distributed start-up then compiles its shared-memory op for minutes while the
+    other ranks wait without a word, and it treats the device's tensors as CPU tensors.
     """
-    module = strategy.spec.vendor_module
-    if module is not None and importlib.util.find_spec(module.split(".")[0]) is None:
-        raise ShardingNotSupportedError(
-            f"DeepSpeed's {strategy.deepspeed_accelerator!r} accelerator needs `{module}`, which is not installed here"
-            f" (the {strategy.device_type!r} device comes from another backend); without it DeepSpeed would run its"
-            " CPU accelerator on the device's tensors. Use strategy='any_fsdp' or 'any_fsdp2', which need nothing"
-            " beyond torch."
-        )
+    support = deepspeed_support(strategy.device_type)
+    if not support.supported:
+        raise ShardingNotSupportedError(support.reason)
 
 
 def check_active_deepspeed_accelerator(strategy: DeepSpeedTarget) -> None:
@@ -142,5 +220,6 @@ def check_inference_support(strategy: DeepSpeedTrainerTarget) -> None:
         )
 
 
-__all__ = ["DeepSpeedTarget", "DeepSpeedTrainerTarget", "check_active_deepspeed_accelerator", "check_inference_support",
-           "check_vendor_package", "deepspeed_device_types", "inference_config_keys", "select_deepspeed_accelerator"]
+__all__ = ["DeepSpeedSupport", "DeepSpeedTarget", "DeepSpeedTrainerTarget", "check_active_deepspeed_accelerator",
+           "check_deepspeed_support", "check_inference_support", "deepspeed_accelerators", "deepspeed_support",
+           "inference_config_keys", "select_deepspeed_accelerator"]
