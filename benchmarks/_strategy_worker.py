@@ -444,10 +444,10 @@ def main(argv: list[str] | None = None) -> None:
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     if "deepspeed" in families:
         from lightning_anyaccel.device import runtime
-        from lightning_anyaccel.device.devices import get_spec
+        from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_support
 
-        name = get_spec(runtime.detect_device_type()).deepspeed_accelerator
-        if name:
+        name = runtime.detect_device_type()
+        if deepspeed_support(name, probe=False).supported:
             os.environ.setdefault("DS_ACCELERATOR", name)
         try:  # DeepSpeed's shared-memory CPU collective compiles for ~1 min; every variant uses gloo instead
             import deepspeed.ops

@@ -332,16 +332,11 @@ def gpt2_fsdp2(device: str, out: Path) -> dict[str, Any]:
 
 
 def gpt2_deepspeed(device: str, out: Path) -> dict[str, Any]:
-    import importlib.util
+    from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_support
 
-    from lightning_anyaccel import get_spec
-    from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_device_types
-
-    vendor = get_spec(device).vendor_module
-    if importlib.util.find_spec("deepspeed") is None:
-        return {"skipped": "DeepSpeed is not installed"}
-    if device not in deepspeed_device_types() or (vendor and importlib.util.find_spec(vendor.split(".")[0]) is None):
-        return {"skipped": f"DeepSpeed does not run on {device!r} here (the package refuses it up front)"}
+    support = deepspeed_support(device)
+    if not support.supported:
+        return {"skipped": f"DeepSpeed does not run on {device!r} here: {support.reason}"}
     module = GPT2Module(total_steps=10)
     fit = trainer(device, 2, strategy="any_deepspeed_stage_2", max_steps=10, gradient_clip_val=1.0)
     fit.fit(module, text_loader())

@@ -84,7 +84,7 @@ def install_fake_device(monkeypatch: Any, device_type: str, count: int = 2, *, i
     so the real registry of this CPU build answers). ``vendor_package``: the vendor's package that
     the device table names for the type (``habana_frameworks`` for ``hpu``) is found by
     ``importlib.util.find_spec`` and imported, as on the vendor's machines (empty modules: nothing
-    imports from them).
+    imports from them), and DeepSpeed's probe for its accelerator of the type passes.
     """
     fake = FakeDeviceModule(device_type, count, initialized=initialized, bf16=bf16)
     real_get_device_module = torch.get_device_module
@@ -109,6 +109,11 @@ def install_fake_device(monkeypatch: Any, device_type: str, count: int = 2, *, i
         monkeypatch.setattr(torch.distributed, "is_backend_available",
                             lambda name: name == backend or real_backend_available(name))
     known = DEVICE_TABLE.get(device_type)
+    if vendor_package:  # DeepSpeed's probe for its accelerator of the type passes, as on the vendor's machines
+        from lightning_anyaccel.strategies import deepspeed_checks
+
+        real_probe = deepspeed_checks._probe
+        monkeypatch.setattr(deepspeed_checks, "_probe", lambda name: None if name == device_type else real_probe(name))
     if vendor_package and known is not None and known.vendor_module is not None:
         parts = known.vendor_module.split(".")  # as after `import habana_frameworks.torch`: each level imported
         for name in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):

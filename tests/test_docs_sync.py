@@ -351,6 +351,7 @@ def test_pages_follow_the_codes_refusals():
     support sentences come from the code's decision (lightning_anyaccel.strategies.support.refusal)."""
     import anyaccel_docs
     import device_pages
+
     from lightning_anyaccel.strategies.support import FEATURE_FAMILIES, refusal
 
     pages = device_pages.load_pages(ROOT)

@@ -61,3 +61,38 @@ def test_the_warning_names_the_issue_and_the_fix_once(monkeypatch: pytest.Monkey
 def test_affected_releases() -> None:
     assert fork_deadlock.affected((3, 11, 7)) and fork_deadlock.affected((3, 10, 14))
     assert not any(fork_deadlock.affected(v) for v in [(3, 11, 10), (3, 10, 15), (3, 12, 0), (3, 13, 1)])
+
+
+def _affected_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process as a Python with gh-112275 (the tests' Python may have the fix)."""
+    monkeypatch.setattr(fork_deadlock, "_warned", False)
+    monkeypatch.setattr(fork_deadlock, "_switched", False)
+    monkeypatch.setattr(fork_deadlock, "affected", lambda version=None: True)
+    monkeypatch.setattr(fork_deadlock, "FIXED_IN", {sys.version_info[:2]: (3, 11, 10)})
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is Linux's default start method")
+def test_workers_that_pickle_start_by_forkserver_said_once(monkeypatch: pytest.MonkeyPatch,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """The dataset and collate function pickle: the workers start by forkserver (and deliver every batch); the
+    switch is logged once."""
+    _affected_python(monkeypatch)
+    loaders = [DataLoader(list(range(8)), batch_size=4, num_workers=1) for _ in range(2)]
+    with caplog.at_level(logging.WARNING):
+        assert all(fork_deadlock.avoid_fork(loader) for loader in loaders)
+    assert [loader.multiprocessing_context.get_start_method() for loader in loaders] == ["forkserver"] * 2
+    assert caplog.text.count("multiprocessing_context='forkserver' instead of 'fork'") == 1
+    assert "gh-112275" in caplog.text and "keep 'fork'" not in caplog.text
+    assert [batch.tolist() for batch in loaders[0]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_workers_that_do_not_pickle_keep_fork_with_the_warning(monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A lambda as collate function does not pickle: the workers keep fork, and the warning says why."""
+    _affected_python(monkeypatch)
+    loader = DataLoader(list(range(8)), num_workers=1, collate_fn=lambda batch: batch, multiprocessing_context="fork")
+    with caplog.at_level(logging.WARNING):
+        assert not fork_deadlock.avoid_fork(loader)
+    assert loader.multiprocessing_context.get_start_method() == "fork"
+    assert "The workers keep 'fork': its collate_fn does not pickle" in caplog.text and "instead of" not in caplog.text
+    assert not fork_deadlock.avoid_fork(DataLoader(list(range(8)), num_workers=0))  # no workers: nothing to start

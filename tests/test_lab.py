@@ -42,9 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import notebook_cache  # noqa: E402
-from _notebook_checks import unstated_numbers, unused_imports  # noqa: E402
 
 from _browser import CHROMIUM, launched_chromium  # noqa: E402
+from _notebook_checks import unstated_numbers, unused_imports  # noqa: E402
 
 KERNEL = "lightning-anyaccel"  # the name `make lab` registers
 NAMES = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import runpy
 import textwrap
@@ -24,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import ROOT, run_python
+from conftest import AUTOLOAD, ROOT, SRC, run_python
 from fakes import install_fake_device
 
 PAGE = ROOT / "docs" / "migration.md"
@@ -236,3 +237,33 @@ def test_builtin_after_trains_with_two_processes(tmp_path: Path) -> None:
         assert (strategy, device) == ("AnyDDPStrategy", "cpu")
         assert float(last) < float(first)
     assert torch.device(lines[0][2]).type == "cpu"
+
+
+TECO_SPELLINGS = textwrap.dedent(
+    """
+    import lightning_anyaccel
+    from lightning import Trainer
+    from lightning_anyaccel import AnySingleDeviceStrategy
+
+    kept = Trainer(accelerator="sdaa", strategy="deepspeed_stage_2", devices=2, logger=False)
+    print("DEEPSPEED", type(kept.strategy).__name__, kept.strategy.config["zero_optimization"]["stage"])
+    try:
+        Trainer(accelerator="sdaa", strategy=AnySingleDeviceStrategy(), devices="auto", logger=False)
+    except Exception as err:
+        print("SINGLE", err)
+    """
+)
+
+
+def test_teco_spellings_deepspeed_kept_and_one_strategy_on_every_device_refused() -> None:
+    """On the emulated sdaa with 2 devices (torch_sdaa stood in for): a Teco user keeps
+    ``strategy="deepspeed_stage_2"``; ``SingleSDAAStrategy()``'s spelling with ``devices="auto"``, which trains on
+    one device in lightning-teco, is refused here, naming ``devices=1`` (docs/migration.md)."""
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("deepspeed is not installed (pip install lightning-anyaccel[deepspeed])")
+    env = {"LIGHTNING_ANYACCEL_EMULATE": "sdaa:2", "PYTHONPATH": os.pathsep.join([str(AUTOLOAD), str(SRC)])}
+    proc = run_python(["-c", TECO_SPELLINGS], timeout=240, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "DEEPSPEED AnyDeepSpeedStrategy 2" in proc.stdout, proc.stdout[-3000:]
+    assert re.search(r"SINGLE strategy='any_single' trains on one device, but devices= selected 2: .* Use devices=1",
+                     proc.stdout), proc.stdout[-3000:]

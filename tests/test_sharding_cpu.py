@@ -179,19 +179,11 @@ def test_fsdp2_builds_its_mesh_on_the_device(job, front_end):
 
 
 def deepspeed_runs_on(device_type: str) -> bool:
-    """Whether DeepSpeed trains on ``device_type`` here: installed, with an accelerator for the device type
-    (the device table's ``deepspeed_accelerator``) and the vendor package that accelerator imports (the
-    package refuses the device up front otherwise: docs/limitations.md)."""
-    from lightning_anyaccel import get_spec
-    from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_device_types
+    """Whether DeepSpeed trains on ``device_type`` here: the package's rule (DeepSpeed's own accelerator list
+    and probe), which refuses the device up front otherwise."""
+    from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_support
 
-    vendor = get_spec(device_type).vendor_module
-    if not HAS_DEEPSPEED or device_type not in deepspeed_device_types():
-        return False
-    try:
-        return vendor is None or importlib.util.find_spec(vendor.split(".")[0]) is not None
-    except ValueError:  # a module the emulator put in sys.modules without a spec: present
-        return True
+    return HAS_DEEPSPEED and deepspeed_support(device_type).supported
 
 
 #: On the device under test: strategy -> (parameters and optimizer state on the rank's device, else in host

@@ -27,9 +27,9 @@ from lightning_anyaccel import (
 )
 from lightning_anyaccel import fabric as anyaccel_fabric
 from lightning_anyaccel._lightning import accessors as lightning_accessors
+from lightning_anyaccel.device.devices import DEVICE_TABLE
 from lightning_anyaccel.strategies.deepspeed import AnyDeepSpeedMixin
 from lightning_anyaccel.strategies.fsdp import AnyFSDPMixin
-from lightning_anyaccel.device.devices import DEVICE_TABLE
 from lightning_anyaccel.strategies.model_parallel import AnyModelParallelMixin
 from lightning_anyaccel.strategies.support import refusal
 
@@ -215,11 +215,15 @@ def test_deepspeed_missing_names_the_extra(monkeypatch):
 
 
 @needs_deepspeed
-def test_deepspeed_on_a_device_it_does_not_know():
+@pytest.mark.parametrize(("device_type", "refusal"), [
+    ("mtia", r"DeepSpeed has no accelerator for 'mtia' \(it has: cuda, cpu, xpu, npu, .*\)\. Use strategy='any_fsdp'"),
+    ("mps", r"DeepSpeed's 'mps' accelerator can not start here: MPS_Accelerator requires torch\.mps.*any_fsdp"),
+])
+def test_deepspeed_on_a_device_it_does_not_run_on(device_type, refusal):
+    """DeepSpeed's own list (mtia is not in it) and its own probe (mps: listed, but no MPS here) decide."""
     strategy = AnyDeepSpeedStrategy()
-    strategy.parallel_devices = [torch.device("mps", 0)] * 2
-    with pytest.raises(ShardingNotSupportedError, match=r"DeepSpeed is not enabled for Apple GPU \(MPS\) \('mps'\) in the device table; it runs on"
-                                                        r" cpu, cuda, hpu, npu, xpu\. Use strategy='any_fsdp'"):
+    strategy.parallel_devices = [torch.device(device_type, 0)] * 2
+    with pytest.raises(ShardingNotSupportedError, match=refusal):
         strategy._validate_device_setup()
 
 
@@ -241,20 +245,20 @@ def test_deepspeed_device_rank_on_cpu_is_the_local_rank(front_end: FrontEndCase,
     assert strategy.device_rank == strategy.local_rank == 0
 
 
-def test_deepspeed_refuses_a_device_without_its_vendor_package(monkeypatch) -> None:
-    """DeepSpeed's accelerator for a vendor device imports the vendor package; without it, refuse before any
-    process starts (the launching process's checks), with the reason."""
-    import dataclasses
+@needs_deepspeed
+@pytest.mark.parametrize(("device_type", "package", "install"), [
+    ("sdaa", "torch_sdaa", "Teco's torch_sdaa package"), ("mlu", "torch_mlu", "Cambricon's torch_mlu package"),
+    ("npu", "torch_npu", "Ascend CANN, then the torch_npu release")])
+def test_deepspeed_refuses_a_device_without_its_vendor_package(device_type, package, install) -> None:
+    """DeepSpeed's accelerator for a vendor device imports the vendor package; without it (a device of the type
+    from another backend), the launching process refuses before any worker starts, naming the package."""
+    from types import SimpleNamespace
 
-    from lightning_anyaccel.device.devices import get_spec
-    from lightning_anyaccel.strategies import AnyDeepSpeedStrategy, ShardingNotSupportedError, sharded
+    from lightning_anyaccel.strategies.deepspeed_checks import check_deepspeed_support
 
-    strategy = AnyDeepSpeedStrategy(stage=2, parallel_devices=[torch.device("cpu")] * 2)
-    spec = dataclasses.replace(get_spec("cpu"), vendor_module="not_an_installed_vendor.torch")
-    monkeypatch.setattr(sharded.AnyShardedMixin, "spec", property(lambda self: spec))
-    with pytest.raises(ShardingNotSupportedError, match="needs `not_an_installed_vendor.torch`, which is not installed"
-                       r".*would run its CPU accelerator on the device's tensors"):
-        strategy._validate_device_setup()  # what the launching process runs before it starts any worker
+    with pytest.raises(ShardingNotSupportedError, match=rf"DeepSpeed's '{device_type}' accelerator can not start"
+                       rf" here: .* requires {package}, which is not installed.* Install {install}.*any_fsdp"):
+        check_deepspeed_support(SimpleNamespace(device_type=device_type))
 
 
 @needs_deepspeed

@@ -84,10 +84,11 @@ class SimpleClassifier(pl.LightningModule):
 class SyntheticDataModule(pl.LightningDataModule):
     """Four well separated Gaussian blobs in 16 dimensions: learnable in a few epochs."""
 
-    def __init__(self, batch_size: int = 32, samples: int = 512) -> None:
+    def __init__(self, batch_size: int = 32, samples: int = 512, num_workers: int = 0) -> None:
         super().__init__()
         self.batch_size = batch_size
         self.samples = samples
+        self.num_workers = num_workers
 
     def setup(self, stage: str) -> None:
         generator = torch.Generator().manual_seed(0)  # the same data on every rank
@@ -100,13 +101,13 @@ class SyntheticDataModule(pl.LightningDataModule):
         self.train_set, self.val_set, self.test_set = split(self.samples), split(128), split(128)
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.batch_size)
+        return DataLoader(self.val_set, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def test_dataloader(self) -> DataLoader:
-        return DataLoader(self.test_set, batch_size=self.batch_size)
+        return DataLoader(self.test_set, batch_size=self.batch_size, num_workers=self.num_workers)
 
 
 def describe(trainer: pl.Trainer, model: SimpleClassifier, test: list[dict[str, float]],
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num_nodes", type=int, default=1)
     parser.add_argument("--precision", default="bf16")
     parser.add_argument("--max_epochs", type=int, default=3)
+    parser.add_argument("--num_workers", type=int, default=0, help="DataLoader worker processes per rank")
     parser.add_argument("--out", default="aurora_out")
     args = parser.parse_args(argv)
 
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    model, data = SimpleClassifier(), SyntheticDataModule()
+    model, data = SimpleClassifier(), SyntheticDataModule(num_workers=args.num_workers)
     trainer.fit(model, datamodule=data)
     # Under FSDP the fitted model stays wrapped (its parameters are shards), and Lightning wraps it
     # again for `test`, which then can not load the full checkpoint ("size mismatch"; likely

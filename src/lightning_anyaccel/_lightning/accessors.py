@@ -335,6 +335,29 @@ def set_data_parallel_size(strategy: Any, size: int) -> None:
     strategy._data_parallel_size = size
 
 
+def probe_deepspeed_accelerator() -> str | None:
+    """Run DeepSpeed's own probe for the accelerator ``DS_ACCELERATOR`` names; ``None``, or DeepSpeed's message.
+
+    ``get_accelerator()`` probes once per process and keeps its choice in the module's
+    ``ds_accelerator``; the probe runs with that choice set aside and puts it back, so that it
+    decides nothing for the process. DeepSpeed's first import asks for the accelerator itself:
+    a failing probe then stops the import, which is the same answer.
+    """
+    try:
+        from deepspeed.accelerator import real_accelerator
+    except ValueError as err:
+        return str(err)
+    chosen = real_accelerator.ds_accelerator
+    real_accelerator.ds_accelerator = None
+    try:
+        real_accelerator.get_accelerator()
+    except (ValueError, AssertionError) as err:
+        return str(err)
+    finally:
+        real_accelerator.ds_accelerator = chosen
+    return None
+
+
 def init_deepspeed_distributed(strategy: Any) -> None:
     """Lightning's start of DeepSpeed's process group (either front end)."""
     strategy._init_deepspeed_distributed()
@@ -386,4 +409,5 @@ def privateuse1_profiler_registered() -> bool | None:
     has_factory.restype, has_factory.argtypes = ctypes.c_bool, [ctypes.c_void_p]
     return bool(has_factory(instance()))
 
-__all__ = ["FULL_STATE_DICT_MODULES", "FabricMultiProcessingLauncher", "TrainerMultiProcessingLauncher", "backend_creators", "batchnorm_base", "bound_deepspeed_new_group", "checkpoint_io_given", "compiler_context", "ddp_comm_settings", "ddp_kwargs", "destroy_process_group", "disable_module_memory_sharing", "distributed_is_initialized", "fabric_ddp_device_ids", "fabric_fsdp_kwargs", "fabric_given_precision", "fabric_set_world_ranks", "format_deepspeed_config_once", "fsdp_activation_checkpointing_kwargs", "fsdp_state_dict_type", "full_state_dict_context_replaced", "has_backend_type", "has_bad_fork_check", "inductor_schedules", "init_deepspeed_distributed", "is_in_bad_fork", "is_interactive", "launcher_strategy", "model_parallel_sizes", "move_torchmetrics_to_device", "multiprocessing_children", "parallel_devices_of", "parse_cpu_cores", "privateuse1_profiler_registered", "process_group_backend_given", "profiler_kwargs", "register_ddp_comm_hook", "set_checkpoint_io", "set_data_parallel_size", "set_default_backend", "set_launcher", "set_parallel_devices", "set_profiler_sort_key", "setup_activation_checkpointing", "start_method_of", "timeout_of", "trainer_given_precision", "unwrap_lightning_optimizer", "validate_device_index_selection"]
+
+__all__ = ["FULL_STATE_DICT_MODULES", "FabricMultiProcessingLauncher", "TrainerMultiProcessingLauncher", "backend_creators", "batchnorm_base", "bound_deepspeed_new_group", "checkpoint_io_given", "compiler_context", "ddp_comm_settings", "ddp_kwargs", "destroy_process_group", "disable_module_memory_sharing", "distributed_is_initialized", "fabric_ddp_device_ids", "fabric_fsdp_kwargs", "fabric_given_precision", "fabric_set_world_ranks", "format_deepspeed_config_once", "fsdp_activation_checkpointing_kwargs", "fsdp_state_dict_type", "full_state_dict_context_replaced", "has_backend_type", "has_bad_fork_check", "inductor_schedules", "init_deepspeed_distributed", "is_in_bad_fork", "is_interactive", "launcher_strategy", "model_parallel_sizes", "move_torchmetrics_to_device", "multiprocessing_children", "parallel_devices_of", "parse_cpu_cores", "privateuse1_profiler_registered", "probe_deepspeed_accelerator", "process_group_backend_given", "profiler_kwargs", "register_ddp_comm_hook", "set_checkpoint_io", "set_data_parallel_size", "set_default_backend", "set_launcher", "set_parallel_devices", "set_profiler_sort_key", "setup_activation_checkpointing", "start_method_of", "timeout_of", "trainer_given_precision", "unwrap_lightning_optimizer", "validate_device_index_selection"]

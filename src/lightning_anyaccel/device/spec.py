@@ -41,9 +41,6 @@ class DeviceSpec:
         lightning_builtin: the name of Lightning's own accelerator for this device, if any.
             Such names stay Lightning's; ours is reachable as an instance or as ``"any"``.
         profiler_activity: the ``torch.profiler.ProfilerActivity`` name for this device.
-        deepspeed_accelerator: the name DeepSpeed's accelerator layer (``DS_ACCELERATOR``) uses for
-            this device, or ``None`` when DeepSpeed does not run on it (checked against deepspeed
-            0.19.8's ``SUPPORTED_ACCELERATOR_LIST``).
         fsdp_full_state_offload: whether FSDP may ``offload_to_cpu`` while gathering a full state
             dict. ``False`` for CPU: the "offload" is a no-op there and torch frees the storage it
             is still reading (segfault; Lightning-AI/pytorch-lightning#21804, pytorch/pytorch#188989).
@@ -75,7 +72,6 @@ class DeviceSpec:
     fork_safe_after_init: bool = False
     lightning_builtin: str | None = None
     profiler_activity: str | None = None
-    deepspeed_accelerator: str | None = None
     fsdp_full_state_offload: bool = True
     process_device_env: str | None = None
     host: bool = False

@@ -26,7 +26,6 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             lightning_builtin="cpu",
             profiler_activity="CPU",
             notes="Processes, not devices: `devices=N` starts N processes.",
-            deepspeed_accelerator="cpu",
             fsdp_full_state_offload=False,
             host=True,
         ),
@@ -39,7 +38,6 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             lightning_builtin="cuda",
             profiler_activity="CUDA",
             notes="Lightning has its own CUDAAccelerator; ours gives the same behaviour through the generic path.",
-            deepspeed_accelerator="cuda",
         ),
         DeviceSpec(
             type="xpu",
@@ -52,7 +50,6 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             count_hint=("GPUs of several tiles (Intel Data Center GPU Max, Aurora's 6 per node) show one device per"
                         " tile only with ZE_FLAT_DEVICE_HIERARCHY=FLAT (12 on an Aurora node); COMPOSITE shows one per"
                         " GPU. Set FLAT rather than lowering devices if you meant every tile."),
-            deepspeed_accelerator="xpu",
         ),
         DeviceSpec(
             type="hpu",
@@ -67,7 +64,6 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             memory_stats="device_module",
             profiler_activity="HPU",
             notes="Every process sees one card, as hpu:0; collectives over hccl.",
-            deepspeed_accelerator="hpu",
             process_device_env="HABANA_VISIBLE_MODULES",
         ),
         DeviceSpec(
@@ -80,7 +76,6 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
             private_use1=True,
             memory_stats="device_module",
             profiler_activity="PrivateUse1",
-            deepspeed_accelerator="npu",
         ),
         DeviceSpec(
             type="sdaa",

@@ -3,7 +3,9 @@
 ``emulator.load("npu")`` compiles (once per torch version, cached per user: ``emulator/build.py``) and loads a C++
 backend (``csrc/emulator.cpp``) as PrivateUse1, renames it to the given device type, registers a
 device module as ``torch.<name>`` and a collective backend for that device type, the way
-out-of-tree vendors (torch_npu, torch_mlu, torch_musa, torch_sdaa) do. ``emulator.load("xpu")`` and
+out-of-tree vendors (torch_npu, torch_mlu, torch_musa, torch_sdaa) do: under the vendor's name
+(``hccl``, ``cncl``, ``mccl``, ``tccl``) for a type the device table knows, ``emuccl`` otherwise, with
+a stand-in of the vendor's package (``stand_ins.py``) that DeepSpeed's accelerator imports. ``emulator.load("xpu")`` and
 ``emulator.load("hpu")`` serve torch's built-in device types instead, on their own dispatch keys
 (``XPU``/``HPU``): what torch's CPU build lacks for them is stood in for (``torch._C._xpu_*``
 bindings under torch's own ``torch.xpu``; ``torch.hpu`` and ``habana_frameworks.torch``), see
@@ -120,6 +122,9 @@ def load(name: str, devices: int = 2, options: frozenset[str] = frozenset(),
         if "noautocast" in options:
             del module.get_amp_supported_dtype, module.is_bf16_supported
         torch._register_device_module(name, module)
+        from lightning_anyaccel.emulator.stand_ins import stand_in_vendor_module
+
+        stand_in_vendor_module(name, module)  # torch_npu, torch_sdaa, ...: what DeepSpeed and users import
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=True
         )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
+from pathlib import Path
 
 #: The environment variable the autoload hook reads (``npu``, ``mlu``, ``emu:4`` for 4 devices,
 #: ``acme:2:noshallow,noautocast`` for 2 devices of a lesser backend, ``acme:2:memory=256MiB`` for 2
@@ -17,8 +20,9 @@ DEFAULT_MEMORY_BYTES = 16 << 30
 #: (``kLargeSegment`` in ``csrc/emulator.cpp``, which refuses less).
 MIN_MEMORY_BYTES = 2 << 20
 
-#: The collective backend registered for the emulated device type. Vendors register theirs
-#: (hccl, cncl, ...) the same way; a name of its own keeps records from claiming a vendor library ran.
+#: The collective backend registered for an emulated device type the device table does not know.
+#: A known type's gets its vendor's name (:func:`backend_name`), as code and tests that check the
+#: name expect; the records say what ran (the emulator, not a vendor library).
 BACKEND = "emuccl"
 
 #: ``NAME:COUNT:OPTION,OPTION`` options: what the backend lacks, as some vendors' backends do.
@@ -42,8 +46,38 @@ VENDOR_BACKENDS = {"hpu": "hccl", "xpu": "xccl"}
 
 
 def backend_name(device_type: str) -> str:
-    """The collective backend name registered for the emulated ``device_type``."""
-    return VENDOR_BACKENDS.get(device_type, BACKEND)
+    """The collective backend name registered for the emulated ``device_type``: its vendor's, else ``emuccl``.
+
+    >>> backend_name("sdaa"), backend_name("mlu"), backend_name("acme")
+    ('tccl', 'cncl', 'emuccl')
+    """
+    known = table_fact(device_type, "backend") if device_type not in VENDOR_BACKENDS else None
+    return VENDOR_BACKENDS.get(device_type) or known or BACKEND
+
+
+def table_fact(device_type: str, field: str) -> str | None:
+    """A string field of ``device_type``'s row in the device table (``device/table.py``), or ``None``.
+
+    The table is read as data: importing it would import the package and Lightning, which a
+    process the autoload hook starts never pays for.
+
+    >>> table_fact("npu", "vendor_module"), table_fact("acme", "backend")
+    ('torch_npu', None)
+    """
+    return _table_rows().get(device_type, {}).get(field)
+
+
+@functools.cache
+def _table_rows() -> dict[str, dict[str, str]]:
+    tree = ast.parse((Path(__file__).resolve().parent.parent / "device" / "table.py").read_text())
+    rows: dict[str, dict[str, str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "DeviceSpec":
+            fields = {k.arg: k.value.value for k in node.keywords
+                      if k.arg and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)}
+            if "type" in fields:
+                rows[fields["type"]] = fields
+    return rows
 
 
 def parse_spec(spec: str) -> tuple[str, int]:

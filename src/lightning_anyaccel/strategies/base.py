@@ -145,8 +145,9 @@ class AnyStrategyMixin(_Base):
 
     @override
     def process_dataloader(self, dataloader: Any) -> Any:
-        """Lightning's hook, after warning once where this Python can deadlock a forked worker (CPython gh-112275)."""
-        fork_deadlock.warn_if_affected(dataloader)
+        """Lightning's hook, after moving forked workers to ``forkserver`` where this Python can deadlock them
+        (CPython gh-112275), or warning once where they can not move (:func:`~lightning_anyaccel.cluster.fork_deadlock.avoid_fork`)."""
+        fork_deadlock.avoid_fork(dataloader)
         return super().process_dataloader(dataloader)
 
     @property

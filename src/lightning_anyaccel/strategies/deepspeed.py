@@ -1,7 +1,8 @@
 """The DeepSpeed family: ZeRO stage 1/2/3 (and offload) on the devices DeepSpeed knows, for the Trainer and for Fabric.
 
-DeepSpeed has its own accelerator layer (``deepspeed.accelerator``) with back ends for the
-device types the device table lists in ``deepspeed_accelerator`` (cpu, cuda, xpu, hpu, npu).
+DeepSpeed has its own accelerator layer (``deepspeed.accelerator``) with back ends for some device
+types (cpu, cuda, xpu, hpu, npu, sdaa, mlu, ...); where it runs is DeepSpeed's own list and probe
+(:func:`~lightning_anyaccel.strategies.deepspeed_checks.deepspeed_support`).
 Lightning's ``DeepSpeedStrategy`` runs only with its ``CUDAAccelerator``; :class:`AnyDeepSpeedMixin`
 
 - replaces the CUDA check with the device table, and points DeepSpeed at the strategy's device
@@ -59,9 +60,9 @@ from lightning_anyaccel.strategies.atomic_save import AtomicSaveMixin, FabricAto
 from lightning_anyaccel.strategies.base import FabricProgressMixin, Registered, fabric_class
 from lightning_anyaccel.strategies.deepspeed_checks import (
     check_active_deepspeed_accelerator,
+    check_deepspeed_support,
     check_inference_support,
-    check_vendor_package,
-    deepspeed_device_types,
+    deepspeed_support,
     inference_config_keys,
     select_deepspeed_accelerator,
 )
@@ -102,7 +103,7 @@ _TRAINING_KEYS = frozenset({"checkpoint"})
 #: Lightning's setup runs past ``DeepSpeedStrategy``'s own (:meth:`AnyDeepSpeedMixin.lightning_setup_environment`).
 SETUP: Setup = (
     before_launch(select_deepspeed_accelerator),
-    before_launch(check_vendor_package),
+    before_launch(check_deepspeed_support),
     before_launch(check_collectives),
     *launch_checks(),
     *BEFORE_JOIN,
@@ -160,14 +161,10 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         Raises:
             ShardingNotSupportedError: DeepSpeed does not run on the device type.
         """
-        name = self.spec.deepspeed_accelerator
-        if name is None:
-            raise ShardingNotSupportedError(
-                f"DeepSpeed is not enabled for {self.spec.name} ({self.device_type!r}) in the device table; it runs on"
-                f" {', '.join(deepspeed_device_types())}. Use strategy='any_fsdp' or 'any_fsdp2' to shard on"
-                f" {self.device_type!r}."
-            )
-        return name
+        support = deepspeed_support(self.device_type, probe=False)
+        if not support.supported:
+            raise ShardingNotSupportedError(support.reason)
+        return self.device_type  # DeepSpeed names its accelerators as torch names the device types
 
     @override
     def lightning_setup_environment(self) -> None:

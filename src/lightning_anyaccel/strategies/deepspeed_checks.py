@@ -1,40 +1,34 @@
 """The DeepSpeed family's own setup steps: what DeepSpeed needs chosen and checked on the device type.
 
+Whether DeepSpeed trains on a device type is one rule,
+:func:`~lightning_anyaccel.strategies.support.deepspeed_support` (re-exported here), which the
+strategies, the tools and the documentation ask: DeepSpeed's own accelerator list
+(``SUPPORTED_ACCELERATOR_LIST``) and its own probe (the vendor package its accelerator imports).
 DeepSpeed picks its accelerator once per process (``DS_ACCELERATOR``, else its own guess) and
 imports the vendor's package for it; :func:`select_deepspeed_accelerator` and
-:func:`check_vendor_package` settle both before any worker starts,
+:func:`check_deepspeed_support` settle both before any worker starts,
 :func:`check_active_deepspeed_accelerator` checks DeepSpeed's choice once it made it, and
 :func:`check_inference_support` the Trainer's inference settings. Each step is typed against the
 protocol of what it may use of the strategy (:class:`DeepSpeedTarget`); the family's module
 (:mod:`lightning_anyaccel.strategies.deepspeed`) lists them in its ``SETUP``.
 
 Example:
-    >>> deepspeed_device_types()
-    ['cpu', 'cuda', 'hpu', 'npu', 'xpu']
+    >>> deepspeed_support("musa", probe=False).supported
+    False
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 from typing import Any, Protocol
 
-from lightning_anyaccel.device.devices import DEVICE_TABLE
 from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
 from lightning_anyaccel.strategies.steps import ShardedTarget
+from lightning_anyaccel.strategies.support import DeepSpeedSupport, deepspeed_accelerators, deepspeed_support
 
 #: The ``DS_ACCELERATOR`` values the package set in this process (a user's own value is never in it).
 _DS_ACCELERATOR_SET: set[str] = set()
-
-
-def deepspeed_device_types() -> list[str]:
-    """The device types DeepSpeed runs on, from the device table.
-
-    >>> deepspeed_device_types()
-    ['cpu', 'cuda', 'hpu', 'npu', 'xpu']
-    """
-    return sorted(t for t, spec in DEVICE_TABLE.items() if spec.deepspeed_accelerator)
 
 
 @functools.cache
@@ -87,25 +81,17 @@ def select_deepspeed_accelerator(strategy: DeepSpeedTarget) -> None:
     _DS_ACCELERATOR_SET.add(name)
 
 
-def check_vendor_package(strategy: DeepSpeedTarget) -> None:
-    """Refuse, before any process starts, a device whose vendor package (which DeepSpeed's accelerator imports) is missing.
+def check_deepspeed_support(strategy: DeepSpeedTarget) -> None:
+    """Refuse, before any process starts, a device type DeepSpeed does not run on here (:func:`deepspeed_support`).
 
-    DeepSpeed's accelerator for a vendor device imports the vendor's package (``torch_npu``,
-    ``habana_frameworks.torch``, ...); a device of that type can come from another backend (an
-    ``npu`` registered by another PrivateUse1 backend, such as the tests' emulator). There,
-    DeepSpeed stops with "NPU_Accelerator requires torch_npu" in every worker once
-    ``DS_ACCELERATOR`` names the device type, and without it picks its CPU accelerator: its
-    distributed start-up then compiles its shared-memory op for minutes while the other ranks wait
-    without a word, and it treats the device's tensors as CPU tensors (docs/limitations.md).
+    Without it, DeepSpeed stops in every worker ("NPU_Accelerator requires torch_npu") once
+    ``DS_ACCELERATOR`` names the device type, and without ``DS_ACCELERATOR`` picks its CPU
+    accelerator: its distributed start-up then compiles its shared-memory op for minutes while the
+    other ranks wait without a word, and it treats the device's tensors as CPU tensors.
     """
-    module = strategy.spec.vendor_module
-    if module is not None and importlib.util.find_spec(module.split(".")[0]) is None:
-        raise ShardingNotSupportedError(
-            f"DeepSpeed's {strategy.deepspeed_accelerator!r} accelerator needs `{module}`, which is not installed here"
-            f" (the {strategy.device_type!r} device comes from another backend); without it DeepSpeed would run its"
-            " CPU accelerator on the device's tensors. Use strategy='any_fsdp' or 'any_fsdp2', which need nothing"
-            " beyond torch."
-        )
+    support = deepspeed_support(strategy.device_type)
+    if not support.supported:
+        raise ShardingNotSupportedError(support.reason)
 
 
 def check_active_deepspeed_accelerator(strategy: DeepSpeedTarget) -> None:
@@ -142,5 +128,6 @@ def check_inference_support(strategy: DeepSpeedTrainerTarget) -> None:
         )
 
 
-__all__ = ["DeepSpeedTarget", "DeepSpeedTrainerTarget", "check_active_deepspeed_accelerator", "check_inference_support",
-           "check_vendor_package", "deepspeed_device_types", "inference_config_keys", "select_deepspeed_accelerator"]
+__all__ = ["DeepSpeedSupport", "DeepSpeedTarget", "DeepSpeedTrainerTarget", "check_active_deepspeed_accelerator",
+           "check_deepspeed_support", "check_inference_support", "deepspeed_accelerators", "deepspeed_support",
+           "inference_config_keys", "select_deepspeed_accelerator"]

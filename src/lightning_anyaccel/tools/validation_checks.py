@@ -100,10 +100,11 @@ def skip_reason(check: KitCheck, device_type: str, count: int) -> str | None:
     if (check.multi_process or check.name == "collective") and not spec.backend:
         return f"{device_type} has no collective backend: one device only"
     if check.name == "deepspeed":
-        if importlib.util.find_spec("deepspeed") is None:
-            return "deepspeed is not installed (pip install lightning-anyaccel[deepspeed])"
-        if not spec.deepspeed_accelerator:
-            return f"DeepSpeed has no accelerator for {device_type}"
+        from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_support
+
+        support = deepspeed_support(device_type)
+        if not support.supported:
+            return support.reason
     if check.name == "transformer" and importlib.util.find_spec("transformers") is None:
         return "transformers is not installed (pip install lightning-anyaccel[workloads])"
     return None

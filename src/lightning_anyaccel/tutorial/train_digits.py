@@ -17,7 +17,6 @@ import os
 import sys
 import time
 from pathlib import Path
-
 from typing import Any
 
 import lightning as L
