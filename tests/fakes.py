@@ -110,10 +110,10 @@ def install_fake_device(monkeypatch: Any, device_type: str, count: int = 2, *, i
                             lambda name: name == backend or real_backend_available(name))
     known = DEVICE_TABLE.get(device_type)
     if vendor_package:  # DeepSpeed's probe for its accelerator of the type passes, as on the vendor's machines
-        from lightning_anyaccel.strategies import deepspeed_checks
+        from lightning_anyaccel.strategies import support
 
-        real_probe = deepspeed_checks._probe
-        monkeypatch.setattr(deepspeed_checks, "_probe", lambda name: None if name == device_type else real_probe(name))
+        real_probe = support._probe
+        monkeypatch.setattr(support, "_probe", lambda name: None if name == device_type else real_probe(name))
     if vendor_package and known is not None and known.vendor_module is not None:
         parts = known.vendor_module.split(".")  # as after `import habana_frameworks.torch`: each level imported
         for name in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):

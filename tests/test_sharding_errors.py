@@ -264,15 +264,23 @@ def test_deepspeed_refuses_a_device_without_its_vendor_package(device_type, pack
 @needs_deepspeed
 @pytest.mark.parametrize("device_type", sorted(DEVICE_TABLE))
 def test_deepspeed_refuses_exactly_where_the_pages_say(monkeypatch, device_type: str) -> None:
-    """The DeepSpeed strategy refuses a device type exactly where ``strategies.support.refusal`` (what the device
-    pages, the grid and the migration page show) says it does."""
+    """The DeepSpeed strategy's checks before any process starts refuse a device type (with its vendor's package
+    installed) exactly where ``strategies.support.refusal`` (what the device pages, the grid and the migration page
+    show) says they do."""
+    from types import SimpleNamespace
+
+    from lightning_anyaccel.strategies import support
+    from lightning_anyaccel.strategies.deepspeed import SETUP
+
+    monkeypatch.setattr(support, "_probe", lambda name: None)  # the vendor's package imports, as on its machines
     spec = DEVICE_TABLE[device_type]
-    monkeypatch.setattr(AnyDeepSpeedMixin, "spec", property(lambda self: spec))
-    monkeypatch.setattr(AnyDeepSpeedMixin, "device_type", property(lambda self: spec.type))
-    strategy = AnyDeepSpeedStrategy()
+    target = SimpleNamespace(spec=spec, device_type=spec.type, sharding_name="DeepSpeed", deepspeed_accelerator=spec.type)
+    checks = [step.run for step in SETUP if step.name in ("check_deepspeed_support", "check_collectives")]
+    assert len(checks) == 2
     refused = contextlib.suppress() if refusal("deepspeed", spec) is None else pytest.raises(ShardingNotSupportedError)
     with refused:
-        assert strategy.deepspeed_accelerator
+        for check in checks:
+            check(target)
 
 
 @pytest.mark.parametrize("device_type", sorted(DEVICE_TABLE))
