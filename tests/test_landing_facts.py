@@ -154,10 +154,7 @@ def amd_claims(text: str, records: list[dict]) -> list[str]:
 
 
 @pytest.mark.parametrize("page", [*LANDING, *(f"notebooks/{nb}.ipynb" for nb in NOTEBOOKS)])
-def test_no_amd_gpu_is_named_without_a_rocm_record(page, request):
-    if page == "notebooks/01_verify_environment.ipynb" and "NVIDIA/AMD GPU" in _notebook_text("01_verify_environment"):
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="notebooks/01_verify_environment.ipynb says 'an NVIDIA/AMD GPU (CUDA)': its owner drops AMD"))
+def test_no_amd_gpu_is_named_without_a_rocm_record(page):
     text = _notebook_text(Path(page).stem) if page.endswith(".ipynb") else _text(page)
     assert not amd_claims(text, _records()), f"{page}: {amd_claims(text, _records())} (no ROCm record in docs/records)"
 

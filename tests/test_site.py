@@ -849,8 +849,6 @@ def test_troubleshooting_names_every_error_of_the_package(site):
 
 
 
-@pytest.mark.xfail(strict=True, reason="docs/_ext/anyaccel_docs.py (InstallTable) shows DeviceSpec.name and .install of "
-                   "src/lightning_anyaccel/device/table.py: 'NVIDIA GPU (CUDA) / AMD GPU (ROCm)', 'the CUDA or ROCm build'")
 def test_the_installation_page_names_no_amd_gpu_without_a_rocm_record(site):
     """The installation page as built (its generated table included) names no AMD GPU or ROCm while no record ran
     on one (tests/test_landing_facts.py checks the sources of the README, the landing pages and the notebooks)."""

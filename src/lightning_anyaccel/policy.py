@@ -244,7 +244,7 @@ def log_device_info(trainer: Any) -> None:
 
     Example (on a machine with one GPU)::
 
-        NVIDIA GPU (CUDA) / AMD GPU (ROCm) available: True (cuda), used: True (AnyAccelerator, 1 device(s))
+        NVIDIA GPU (CUDA) available: True (cuda), used: True (AnyAccelerator, 1 device(s))
     """
     distribution = _lightning.distribution_of(trainer) or _lightning.LIGHTNING
     rank_zero = distribution.module("lightning.pytorch.utilities.rank_zero")  # the user's logger names

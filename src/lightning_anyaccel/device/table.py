@@ -31,10 +31,10 @@ DEVICE_TABLE: dict[str, DeviceSpec] = {
         ),
         DeviceSpec(
             type="cuda",
-            name="NVIDIA GPU (CUDA) / AMD GPU (ROCm)",
+            name="NVIDIA GPU (CUDA)",
             backend="nccl",
             autocast_dtypes=("bf16", "fp16"),
-            install="the CUDA or ROCm build from pytorch.org",
+            install="the CUDA build from pytorch.org",
             lightning_builtin="cuda",
             profiler_activity="CUDA",
             notes="Lightning has its own CUDAAccelerator; ours gives the same behaviour through the generic path.",
