@@ -90,7 +90,7 @@ check: install
 	@$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck test-quick
 
 lint: install
-	$(RUFF) check src tests conftest.py
+	$(RUFF) check src tests conftest.py notebooks
 
 test-quick: install
 	$(PYTEST) -n $(DEVICE_TEST_WORKERS) -q --device-pass=quick

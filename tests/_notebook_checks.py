@@ -2,14 +2,13 @@
 
 - :func:`unstated_numbers`: a number in the prose of an *executed* notebook must be one its code sets or
   asserts, or one its outputs show; anything else is a number a person typed and no run checks.
-- :func:`unused_imports`: names a notebook imports and never uses (no linter is installed here:
-  ``ast`` is enough for imports).
+- :func:`lint`: ruff (pyproject's rules) on a notebook, or on a module a notebook writes.
 """
 
 from __future__ import annotations
 
-import ast
 import re
+from pathlib import Path
 from typing import Any
 
 #: a number as prose writes it: 1,797 / 0.9 / 70; not part of a word (bf16, GPT-2, 8x8, FSDP2)
@@ -65,34 +64,18 @@ def unstated_numbers(notebook: dict[str, Any]) -> list[str]:
     return missing
 
 
-def _python(source: str) -> str | None:
-    """A code cell as Python: IPython's line magics and shell lines commented out; None for a cell
-    magic (%%writefile holds a file, checked as its own module)."""
-    if source.startswith("%%"):
-        return None
-    return "\n".join(re.sub(r"^(\s*)[%!]", r"\1pass  # ", line) for line in source.splitlines())
+def lint(path: str, source: str | None = None, cwd: Path | None = None, select: str | None = None) -> str:
+    """ruff's findings on the notebook or file ``path`` (with ``source``: that text, checked as the file ``path``,
+    e.g. a module a notebook writes with ``%%writefile``), with pyproject's rules or the rules ``select``
+    (``"F"``: pyflakes'); ``""`` when there are none."""
+    import subprocess
+    import sys
 
-
-def unused_imports(sources: list[str]) -> list[str]:
-    """Names imported by the code cells ``sources`` (one namespace, like a kernel) and used by none."""
-    imported: dict[str, int] = {}
-    used: set[str] = set()
-    for number, source in enumerate(sources):
-        code = _python(source)
-        if code is None:
-            continue
-        tree = ast.parse(code)
-        lines = code.splitlines()
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and "noqa: F401" in lines[node.lineno - 1]:
-                continue  # imported for what importing does (registering names)
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                for alias in node.names:
-                    name = alias.asname or alias.name.split(".")[0]
-                    imported.setdefault(name, number)
-            elif isinstance(node, ast.Name):
-                used.add(node.id)
-        # a magic's arguments use names too ({REPOSITORY} in %pip ...)
-        used.update(re.findall(r"\{(\w+)", "\n".join(line for line in source.splitlines()
-                                                       if line.lstrip().startswith(("%", "!")))))
-    return [f"{name} (cell {number})" for name, number in imported.items() if name not in used]
+    args = ["--stdin-filename", path, "-"] if source is not None else [path]
+    if select:
+        args = ["--select", select, *args]
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", *args],
+                            input=source, capture_output=True, text=True, cwd=cwd, timeout=60)
+    if result.returncode not in (0, 1):
+        raise RuntimeError(f"ruff failed (exit {result.returncode}): {result.stderr}")
+    return result.stdout.strip() if result.returncode else ""
