@@ -64,7 +64,9 @@ def test_affected_releases() -> None:
 
 
 def _affected_python(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This process as a Python with gh-112275 (the tests' Python may have the fix)."""
+    """This process as a script (its main module a file, as a training script's is; a pytest-xdist worker's is
+    not) on a Python with gh-112275 (the tests' Python may have the fix)."""
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", __file__, raising=False)
     monkeypatch.setattr(fork_deadlock, "_warned", False)
     monkeypatch.setattr(fork_deadlock, "_switched", False)
     monkeypatch.setattr(fork_deadlock, "affected", lambda version=None: True)

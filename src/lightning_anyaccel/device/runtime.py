@@ -8,6 +8,7 @@ APIs newer than the torch floor are feature-detected in :mod:`lightning_anyaccel
 preferred where present; the device module is the fallback.
 
 Example:
+    >>> from lightning_anyaccel.device.devices import known_device_types
     >>> detect_device_type() in known_device_types()
     True
     >>> device_count("cpu")

@@ -6,7 +6,12 @@ collective backend from the device table, the launcher (Lightning's for ``popen`
 one otherwise; :class:`~lightning_anyaccel.cluster.environments.AnyMPIEnvironment` under ``mpiexec``), DDP
 wrapping on the current stream, a barrier on every backend and the report of a failed collective.
 Its setup steps are in :mod:`~lightning_anyaccel.strategies.steps`; each family lists them in its ``SETUP``.
+The start method of each registered DDP name is the family table's
+(:data:`~lightning_anyaccel.strategies.families.START_METHODS`).
 
+Example:
+    >>> LAUNCHER_PID_ENV.startswith("LIGHTNING_ANYACCEL_")
+    True
 """
 
 from __future__ import annotations
