@@ -87,6 +87,21 @@ def _makefile_targets() -> set[str]:
             if line and not line.startswith(("#", "\t", ".")) and ":" in line and "=" not in line.split(":")[0]}
 
 
+#: modules a page runs that live in an environment of their own (the Makefile's), by the variable naming its Python
+OTHER_ENVIRONMENTS = {"litgpt": "ANYACCEL_LITGPT_PYTHON"}
+
+
+def _module_exists(module: str) -> bool:
+    """``module`` imports here, or in the environment of its own the Makefile gives it (LitGPT's pins)."""
+    if importlib.util.find_spec(module) is not None:
+        return True
+    python = os.environ.get(OTHER_ENVIRONMENTS.get(module, ""), "")
+    if not python or not Path(python).exists():
+        return False
+    check = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    return subprocess.run([python, "-c", check], capture_output=True, timeout=60).returncode == 0
+
+
 def check_shell_block(example: Any) -> None:
     """A ```bash block: every command names something that exists here (nothing heavy is run)."""
     problems = []
@@ -106,7 +121,7 @@ def check_shell_block(example: Any) -> None:
                 problems.append(f"{line}: no target {target!r} in the Makefile")
         elif program in ("python", "python3") and args[:1] == ["-m"]:
             module = args[1]
-            if module not in ("pip", "venv") and importlib.util.find_spec(module) is None:
+            if module not in ("pip", "venv") and not _module_exists(module):
                 problems.append(f"{line}: no module {module!r}")
         elif program in ("pip", "python") and "install" in args:
             for arg in args[args.index("install") + 1:]:

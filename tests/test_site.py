@@ -53,6 +53,8 @@ NOTEBOOK_PAGES = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.
 #: notebooks whose figures must be on the page (notebook 4's results are a table: no figure)
 NOTEBOOKS_WITH_PLOTS = ["01_verify_environment", "02_single_card", "03_multi_card", "05_finetune_transformer",
                         "07_profiling"]
+#: notebooks whose result is a report the page shows as text (the emulate tool's verdict), not a figure or a table
+NOTEBOOK_RESULT_TEXT = {"06_any_accelerator": "problems: none"}
 #: the downloaded notebook that runs with nbmake in a fresh directory (the shortest that installs what is
 #: missing and writes the files it imports; tests/test_lab.py runs every notebook from a fresh directory)
 NBMAKE_NOTEBOOK = "01_verify_environment"
@@ -211,6 +213,8 @@ def test_notebook_pages_show_executed_outputs(site, browser, name):
                 images.nth(i).scroll_into_view_if_needed()
                 width = images.nth(i).evaluate("img => img.complete ? img.naturalWidth : 0")
                 assert width > 100, f"{name}: plot {i} did not load"
+        elif name in NOTEBOOK_RESULT_TEXT:
+            assert NOTEBOOK_RESULT_TEXT[name] in text, f"{name}: no {NOTEBOOK_RESULT_TEXT[name]!r} in its outputs"
         else:
             assert page.locator("div.nboutput table").count() >= 1, f"{name}: no result table"
     finally:
@@ -616,7 +620,7 @@ TEST_TALK = {
 
 
 #: users' pages whose subject is the emulated device as the user's own tool (its command, its pytest plugin)
-EMULATOR_TOOL_PAGES = {"docs/emulate.html", "notebooks/06_any_accelerator.html"}
+EMULATOR_TOOL_PAGES = {"docs/emulate.html", "notebooks/06_any_accelerator.html", "notebooks/07_profiling.html"}
 EMULATOR_TOOL_WORDS = {"a pytest command or selection", "a detail of the emulated device"}
 
 
