@@ -11,7 +11,9 @@ Each form works or is refused when the Trainer/Fabric is built, with the fix:
   the device under test;
 - DeepSpeed's inference arguments: ``trainer.predict`` with tensor parallelism, two processes on CPU, also
   with a Trainer precision other than the engine's dtype; a fit whose ``configure_optimizers`` returns
-  ``None`` is refused as habana's strategy refuses it.
+  ``None`` is refused as habana's strategy refuses it;
+- FSDP's ``bf16-mixed`` dtypes (Lightning's, and habana's through ``mixed_precision=``), habana's ``"bf16"``
+  and teco's ``"fp16-mixed"`` (refused, naming ``"16-mixed"``): the migration page's differences.
 """
 
 from __future__ import annotations
@@ -259,3 +261,29 @@ def test_deepspeed_refuses_a_fit_without_optimizer(python_runner) -> None:
     assert proc.returncode == 0, "\n".join(line for line in proc.stdout.splitlines() if "Warning" not in line)[-4000:]
     assert "refused: You have specified an invalid optimizer to be run with deepspeed" in proc.stdout
     assert "configure_optimizers" in proc.stdout.split("refused: ", 1)[1]  # names where to fix it
+
+
+@pytest.mark.device_generic
+def test_fsdp_keeps_habanas_bf16_dtypes_when_given_them(device) -> None:
+    """``bf16-mixed`` under FSDP follows Lightning (all bf16); the form on the migration page keeps fp32 parameters."""
+    from torch.distributed.fsdp import MixedPrecision as FSDPMixedPrecision
+
+    from lightning_anyaccel import AnyFSDPStrategy
+
+    accelerator = device.type if not device.is_cpu else "any"
+    lightning_default = Trainer(accelerator=accelerator, devices=1, strategy=AnyFSDPStrategy(), precision="bf16-mixed",
+                                **QUIET).strategy.mixed_precision_config
+    assert (lightning_default.param_dtype, lightning_default.reduce_dtype) == (torch.bfloat16, torch.bfloat16)
+    habana = FSDPMixedPrecision(param_dtype=torch.float32, reduce_dtype=torch.bfloat16, buffer_dtype=torch.bfloat16)
+    kept = Trainer(accelerator=accelerator, devices=1, strategy=AnyFSDPStrategy(mixed_precision=habana),
+                   precision="bf16-mixed", **QUIET).strategy.mixed_precision_config
+    assert (kept.param_dtype, kept.reduce_dtype, kept.buffer_dtype) == (torch.float32, torch.bfloat16, torch.bfloat16)
+
+
+def test_habanas_bf16_is_bf16_mixed() -> None:
+    assert Trainer(accelerator="cpu", devices=1, precision="bf16", **QUIET).precision_plugin.precision == "bf16-mixed"
+
+
+def test_teco_fp16_mixed_is_refused_naming_16_mixed() -> None:
+    with pytest.raises(ValueError, match="'16-mixed'"):
+        Trainer(accelerator="cpu", devices=1, precision="fp16-mixed", **QUIET)
