@@ -285,7 +285,7 @@ def _pytest_options() -> set[str]:
     proc = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    plugin = _options_of(PACKAGE / "emulator" / "pytest_plugin.py")  # the package's plugin, loaded where it is asked for
+    plugin = _options_of(PACKAGE / "kit" / "emulator" / "pytest_plugin.py")  # the package's plugin, loaded where it is asked for
     return set(re.findall(r"(--[\w-]+)", proc.stdout)) | plugin
 
 

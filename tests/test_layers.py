@@ -109,7 +109,7 @@ def test_the_graph_sees_the_modules_beside_the_package() -> None:
 
 def test_the_graph_sees_lazy_imports() -> None:
     """An import inside a function is an edge too (verify imports the checks' helpers when it runs)."""
-    assert "lightning_anyaccel.device.distributed" in import_graph()["lightning_anyaccel.verify"]
+    assert "lightning_anyaccel.device.distributed" in import_graph()["lightning_anyaccel.kit.verify"]
 
 
 #: The most lines a module of src/ may have, blank lines not counted (docs/architecture.md, "The layers").
