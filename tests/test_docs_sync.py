@@ -290,9 +290,17 @@ def _pytest_options() -> set[str]:
 
 
 def _command_source(module: str, script: str) -> Path:
+    """The file that defines the command's options: a thin entry's (``lightning_anyaccel.verify``) is the
+    module it imports ``main`` from (``lightning_anyaccel.kit.verify``)."""
+    import ast
+
     if module:
         path = ROOT / "src" / Path(*module.split("."))
-        return path / "__main__.py" if path.is_dir() else path.with_suffix(".py")
+        path = path / "__main__.py" if path.is_dir() else path.with_suffix(".py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and any(a.name == "main" for a in node.names):
+                return _command_source(node.module, "")
+        return path
     return ROOT / script
 
 
