@@ -67,7 +67,7 @@ def test_importing_the_package_does_not_import_the_tutorial():
 
 def test_copy_script_copies_a_launch_script_of_the_repository(tmp_path):
     copied = tutorial.copy_script("launch/torchrun.sh", tmp_path)
-    repository = tutorial.HERE.parents[2] / "scripts" / "launch" / "torchrun.sh"
+    repository = tutorial.HERE.parents[3] / "scripts" / "launch" / "torchrun.sh"
     assert copied.read_text() == repository.read_text() and copied.stat().st_mode & 0o111
 
 
