@@ -47,12 +47,12 @@ run: install
 	$(PYTHON) examples/train.py --devices 2 --max-epochs 3
 	$(MAKE) --no-print-directory docs
 
-# The emulated accelerator (src/lightning_anyaccel/emulator): compiled once per torch version and source
+# The emulated accelerator (src/lightning_anyaccel/kit/emulator): compiled once per torch version and source
 # into _build/emulator/ (the cache the tests and every process they start use), so a second `make test`
 # compiles nothing.
 export LIGHTNING_ANYACCEL_EMULATOR_CACHE ?= $(CURDIR)/_build/emulator
 emulator: install
-	MAX_JOBS=2 $(PYTHON) -m lightning_anyaccel.emulator.build
+	MAX_JOBS=2 $(PYTHON) -m lightning_anyaccel.kit.emulator.build
 
 # pytest's testpaths: tests/, then the code blocks of README.md and docs/ (conftest.py). The
 # notebooks run in JupyterLab there (tests/test_lab.py, needs Chromium); without Chromium, nbmake
@@ -70,7 +70,7 @@ DEVICE_TEST_WORKERS ?= 2
 # seeds' own device types xpu and hpu are emulated on torch's XPU/HPU dispatch keys by the same build,
 # docs/emulator.md). `pytest --device-pass=xpu --collect-only -q` lists a pass.
 
-# Each run writes its validation record (lightning_anyaccel/tools/records.py) into RECORDS as <type>-<level>.toml:
+# Each run writes its validation record (lightning_anyaccel/kit/tools/records.py) into RECORDS as <type>-<level>.toml:
 # `make test` into _build/records (CI's evidence, not committed); `make records` into docs/records, the
 # records the support matrix shows (commit them; docs/contributing.md, "Validation records").
 # The options take their value after `=`: written apart, an existing PATH reads as a test path to pytest,
@@ -155,9 +155,9 @@ docs: install
 	$(PYTHON) -m sphinx -W --keep-going -E -b html . _build/html
 	@echo "site: _build/html/index.html"
 
-# The run time each notebook's header shows (lightning_anyaccel.tutorial.session): every notebook alone,
+# The run time each notebook's header shows (lightning_anyaccel.kit.tutorial.session): every notebook alone,
 # one after the other, with nbmake; its last cell writes the time it measured into RUN_TIMES (commit it).
-RUN_TIMES := src/lightning_anyaccel/tutorial/run_times.json
+RUN_TIMES := src/lightning_anyaccel/kit/tutorial/run_times.json
 notebook-times: install
 	for notebook in notebooks/*.ipynb; do \
 		LIGHTNING_ANYACCEL_RECORD_RUN_TIMES=$(CURDIR)/$(RUN_TIMES) $(PYTHON) -m pytest -p no:xdist -p no:cacheprovider \
@@ -177,7 +177,7 @@ clean:
 
 # Benchmarks (benchmarks/, docs/benchmarks.md): `make bench` (9 min on 2 otherwise idle cores, 22 min
 # when shared at load 9-16), `make bench BENCH_ARGS=--quick`;
-# BENCH_ARGS="--device emulated:npu" runs them on the emulated device (lightning_anyaccel.emulator).
+# BENCH_ARGS="--device emulated:npu" runs them on the emulated device (lightning_anyaccel.kit.emulator).
 BENCH_ARGS ?=
 bench: install
 	$(PYTHON) -c "import matplotlib, jinja2, scipy, tabulate" 2>/dev/null || $(PYTHON) -m pip install -e ".[bench]"
@@ -288,7 +288,7 @@ test-compat: $(addprefix compat-env-,$(COMPAT_ENDS))
 	    torch-*) $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(COMPAT_TORCH_TESTS) \
 	               --validation-record=$(RECORDS)/$$end/cpu-hardware.toml; \
 	             case " $(COMPAT_EMULATED_ENDS) " in *" $$end "*) \
-	               MAX_JOBS=2 $$py -m lightning_anyaccel.emulator.build; \
+	               MAX_JOBS=2 $$py -m lightning_anyaccel.kit.emulator.build; \
 	               $(LEAN_IMPORTS) $$py -m pytest -q -p no:cacheprovider -n $(DEVICE_TEST_WORKERS) --device-pass=compat --device $(COMPAT_EMULATED) \
 	                 tests --validation-record=$(RECORDS)/$$end/$(word 2,$(subst :, ,$(COMPAT_EMULATED)))-emulated.toml;; \
 	             esac;; \

@@ -155,7 +155,6 @@ class Runner:
     """Runs the variants of one rank; every method trains ``warmup + measure`` steps."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        import torch
 
         from benchmarks.models import WORKLOADS, scaled
         from lightning_anyaccel.device import runtime

@@ -24,7 +24,7 @@ import torch
 
 from benchmarks.common import bench_env, processes_possible, run_ranks, seconds_per_call, summarize
 from lightning_anyaccel.device.devices import device_of
-from lightning_anyaccel.tools.local_runs import free_port
+from lightning_anyaccel.kit.tools.local_runs import free_port
 
 DEFAULT_SIZES: tuple[int, ...] = tuple(4**k * 1024 for k in range(1, 9))  # 4 KiB .. 64 MiB
 QUICK_SIZES: tuple[int, ...] = (4096, 262144, 4194304)

@@ -31,8 +31,8 @@ def results_for(device_type: str) -> Path:
 
 def bench_env(threads: int = 1, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for benchmark subprocesses: this checkout importable, ``threads`` intra-op threads,
-    warnings off, collectives on the loopback device (:func:`lightning_anyaccel.tools.local_runs.child_env`)."""
-    from lightning_anyaccel.tools.local_runs import child_env  # imported when used: the report needs no torch
+    warnings off, collectives on the loopback device (:func:`lightning_anyaccel.kit.tools.local_runs.child_env`)."""
+    from lightning_anyaccel.kit.tools.local_runs import child_env  # imported when used: the report needs no torch
 
     return child_env(threads, import_paths=(ROOT, ROOT / "src"), loopback=True, PYTHONWARNINGS="ignore",
                      **(extra or {}))
@@ -55,7 +55,7 @@ def run_module(module: str, args: Sequence[str], *, timeout: float, env: dict[st
     Raises:
         BenchError: non-zero exit or timeout, with the tail of the output.
     """
-    from lightning_anyaccel.tools.local_runs import run_bounded  # imported when used: the report needs no torch
+    from lightning_anyaccel.kit.tools.local_runs import run_bounded  # imported when used: the report needs no torch
 
     try:
         proc = run_bounded([sys.executable, "-m", module, *args], timeout=timeout, cwd=ROOT, env=env or bench_env())
@@ -102,7 +102,7 @@ def run_ranks(module: str, args: Sequence[str], *, world_size: int, timeout: flo
 
 def quiet_bench() -> None:
     """Silence Lightning's per-fit info lines ("GPU available: ...") and every warning (timings only)."""
-    from lightning_anyaccel.tools.local_runs import quiet_lightning
+    from lightning_anyaccel.kit.tools.local_runs import quiet_lightning
 
     quiet_lightning(logging.ERROR, all_warnings=True)
 
@@ -223,12 +223,12 @@ def device_info(device_type: str) -> dict[str, Any]:
 
 
 def source_revision() -> dict[str, Any]:
-    """The commit the benchmarks ran from, as validation records name it (:func:`lightning_anyaccel.tools.records.provenance`).
+    """The commit the benchmarks ran from, as validation records name it (:func:`lightning_anyaccel.kit.tools.records.provenance`).
 
     ``$LIGHTNING_ANYACCEL_COMMIT`` comes first (a copy of the checkout sent to another machine may carry a
     ``.git`` of an older commit), then ``git``; ``{"commit": None}`` when neither tells.
     """
-    from lightning_anyaccel.tools.records import provenance
+    from lightning_anyaccel.kit.tools.records import provenance
 
     found = provenance(ROOT)
     known = found["commit"] != "unknown"

@@ -8,7 +8,7 @@ functions whose per-step count differs between the two devices. Call counts are 
 so this is a check of what the code does per step, not a speed claim (on an emulated device the
 kernels are CPU kernels behind a dispatch layer, and their speed means nothing).
 
-A run on CPU measures the tests' emulated PrivateUse1 device (``lightning_anyaccel.emulator``) this way when the
+A run on CPU measures the tests' emulated PrivateUse1 device (``lightning_anyaccel.kit.emulator``) this way when the
 checkout has it, in a child process started with ``python -m benchmarks --device emulated:npu``
 (see :mod:`benchmarks.run`); on an accelerator the run's own device is compared with CPU.
 """
@@ -128,7 +128,7 @@ def run(device_type: str, *, self_check: bool = False, timeout: float = 900, **k
     from benchmarks.run import EMULATOR_AUTOLOAD
 
     if not EMULATOR_AUTOLOAD.is_dir():
-        return {"skipped": "the run's device is CPU and this checkout has no emulated device (lightning_anyaccel.emulator)"}
+        return {"skipped": "the run's device is CPU and this checkout has no emulated device (lightning_anyaccel.kit.emulator)"}
     import json
     import tempfile
     from pathlib import Path

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import bench_env, processes_possible, run_module, summarize
-from lightning_anyaccel.tools.local_runs import free_port
+from lightning_anyaccel.kit.tools.local_runs import free_port
 
 START_METHODS: tuple[str, ...] = ("popen", "spawn", "fork")
 PHASES: tuple[str, ...] = ("import", "launch_rendezvous", "first_step")

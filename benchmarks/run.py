@@ -3,7 +3,7 @@
     python -m benchmarks                 # defaults (9 min on 2 idle CPU cores, 22 at load 9-16)
     python -m benchmarks --quick         # smaller sizes, fewer repetitions (a few minutes)
     python -m benchmarks --only overhead,strategies --no-report
-    python -m benchmarks --device emulated:npu   # on the emulated device (lightning_anyaccel.emulator)
+    python -m benchmarks --device emulated:npu   # on the emulated device (lightning_anyaccel.kit.emulator)
     python -m benchmarks --set strategy_measure=300 --set overhead_measure=400   # longer runs (fast devices)
 
 The device is the one :func:`lightning_anyaccel.detect_device_type` reports (CPU when there is no
@@ -25,9 +25,9 @@ from typing import Any
 from benchmarks.common import ROOT, SCHEMA, load_average, metadata, results_for, write_json
 
 SECTIONS: tuple[str, ...] = ("overhead", "transformer", "strategies", "collective", "first_step", "device_calls")
-#: ``--device emulated:NAME``: the emulated PrivateUse1 device (``lightning_anyaccel.emulator``), loaded
+#: ``--device emulated:NAME``: the emulated PrivateUse1 device (``lightning_anyaccel.kit.emulator``), loaded
 #: in every process of the run by this folder on ``PYTHONPATH`` and ``$LIGHTNING_ANYACCEL_EMULATE``.
-EMULATOR_AUTOLOAD = ROOT / "src" / "lightning_anyaccel" / "emulator" / "autoload"
+EMULATOR_AUTOLOAD = ROOT / "src" / "lightning_anyaccel" / "kit" / "emulator" / "autoload"
 EMULATE_ENV = "LIGHTNING_ANYACCEL_EMULATE"
 
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-report", action="store_true",
                         help="do not render plots and the device's page (docs/benchmarks.md for CPU)")
     parser.add_argument("--device", default=None,
-                        help="emulated:NAME runs everything on the emulated device NAME (lightning_anyaccel.emulator);"
+                        help="emulated:NAME runs everything on the emulated device NAME (lightning_anyaccel.kit.emulator);"
                              " otherwise the device torch.accelerator reports (give its type to check it)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the other sections of an existing results file (same device type): the page then"

@@ -31,7 +31,7 @@ from typing import Any
 from benchmarks._strategy_worker import FAMILIES, KNOBS
 from benchmarks.common import bench_env, processes_possible, run_ranks, summarize
 from benchmarks.models import COMM_BOUND, COMPUTE_BOUND, Workload, scaled
-from lightning_anyaccel.tools.local_runs import free_port
+from lightning_anyaccel.kit.tools.local_runs import free_port
 
 #: Goals, reported next to each figure and never asserted.
 GOAL_PLUGIN_OVER_LIGHTNING = 0.99

@@ -15,7 +15,7 @@ from lightning import Fabric
 from torch.utils.data import DataLoader
 
 import lightning_anyaccel  # noqa: F401  (registers the names "any", "xpu", "any_ddp", ...)
-from lightning_anyaccel.tools.demo import demo_data
+from lightning_anyaccel.kit.tools.demo import demo_data
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import sys
 import lightning as L
 
 from lightning_anyaccel import AnyAccelerator, AnyDDPStrategy, AnySingleDeviceStrategy
-from lightning_anyaccel.tools.demo import DemoModel, demo_loader
+from lightning_anyaccel.kit.tools.demo import DemoModel, demo_loader
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ Fabric. A Python process that never imports Lightning never imports torch or the
 This module is deliberately outside the ``lightning_anyaccel`` package: importing a submodule of
 the package would run the package's ``__init__`` (torch and Lightning) at every start-up. The
 package reads the same variable for what it changes while activated
-(:mod:`lightning_anyaccel.activation`); the variable's rules and the import hook are
+(:mod:`lightning_anyaccel.wiring.activation`); the variable's rules and the import hook are
 :mod:`_lightning_anyaccel_import_hook`'s, which both this module and the package import (this one
 imports the package, so the package never imports this one).
 

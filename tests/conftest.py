@@ -2,7 +2,7 @@
 
 ``pytest --device TYPE`` chooses the device the device-generic tests train on: ``cpu`` (default),
 a real device type (``xpu``, ``cuda``, ``hpu``, ``npu``, ...), or ``emulated:NAME`` for the
-emulated accelerator (``lightning_anyaccel.emulator``) loaded as device type ``NAME`` in this process and,
+emulated accelerator (``lightning_anyaccel.kit.emulator``) loaded as device type ``NAME`` in this process and,
 through ``LIGHTNING_ANYACCEL_EMULATE`` and ``PYTHONPATH``, in every child process
 (``emulated:NAME:1``: one emulated device, like a one-GPU machine). Tests marked
 ``device_generic`` take the device from the ``device`` fixture; ``pytest -m device_generic
@@ -27,7 +27,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 TESTS = Path(__file__).resolve().parent
-AUTOLOAD = SRC / "lightning_anyaccel" / "emulator" / "autoload"
+AUTOLOAD = SRC / "lightning_anyaccel" / "kit" / "emulator" / "autoload"
 #: Test processes skip torchmetrics' eager imports of scipy, transformers and matplotlib (lean_imports.py).
 LEAN_IMPORTS = TESTS / "lean_imports"
 
@@ -50,7 +50,7 @@ class DeviceUnderTest:
 
     Attributes:
         type: the ``torch.device`` type (``"cpu"``, ``"npu"``, ...).
-        emulated: whether it is the emulated accelerator (``lightning_anyaccel.emulator``).
+        emulated: whether it is the emulated accelerator (``lightning_anyaccel.kit.emulator``).
         backend: the collective backend the package must pick for it.
         spec: the ``--device`` value as given.
     """
@@ -91,7 +91,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run pass NAME of tests/device_passes.toml: its device (unless --device is given), marker,"
                          " files, workloads and what it leaves out, and why (make test runs its passes this way)")
     group.addoption("--validation-record", default=None, metavar="PATH",
-                    help="write the run's validation record (TOML, lightning_anyaccel.tools.records) to PATH")
+                    help="write the run's validation record (TOML, lightning_anyaccel.kit.tools.records) to PATH")
     group.addoption("--parity-record", default=None, metavar="PATH",
                     help="replace the [parity] section of the existing record PATH with what this run's parity"
                          " tests measured (tests/validation_record.py; make records-parity)")
@@ -106,7 +106,7 @@ def _setup_device(spec: str) -> DeviceUnderTest:
     """Load the emulator or check the real device; export what child processes need."""
     if spec.startswith("emulated:"):
         emulate = spec.split(":", 1)[1]  # "npu", "npu:1" (one device), "acme:2:noshallow,memory=1GiB" (docs/emulator.md)
-        from lightning_anyaccel import emulator
+        from lightning_anyaccel.kit import emulator
 
         name, count = emulator.parse_spec(emulate)
         emulator.load(name, devices=count, options=emulator.parse_options(emulate),
@@ -223,7 +223,9 @@ def run_python(args: list[str], *, timeout: float = 180, cwd: Path | None = None
                env: dict[str, str] | None = None, python: str | Path = sys.executable) -> subprocess.CompletedProcess[str]:
     """Run ``python <args>`` (this interpreter unless ``python`` names another environment's) with a hard timeout;
     on timeout the whole process group is killed (a test failure)."""
-    from lightning_anyaccel.tools.local_runs import run_bounded  # not at import: the device under test is set up first
+    from lightning_anyaccel.kit.tools.local_runs import (
+        run_bounded,  # not at import: the device under test is set up first
+    )
 
     try:
         return run_bounded([str(python), *args], timeout=timeout, cwd=cwd or ROOT, env={**os.environ, **(env or {})})

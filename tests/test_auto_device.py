@@ -1,4 +1,4 @@
-"""``Trainer()`` and ``Fabric()`` find the device torch reports once the package is imported (``lightning_anyaccel.auto``).
+"""``Trainer()`` and ``Fabric()`` find the device torch reports once the package is imported (``lightning_anyaccel.wiring.auto``).
 
 In-process, on both Lightning packages (``EVERY_FRONT_END``). The tests marked ``device_generic``
 run on the device under test: on CPU they show that a machine without an accelerator keeps
@@ -23,11 +23,12 @@ import lightning_anyaccel  # noqa: F401  (registers names and the automatic choi
 from conftest import ROOT
 from fakes import install_fake_device
 from front_ends import EVERY_FRONT_END, EVERY_TRAINER, FrontEndCase
-from lightning_anyaccel import _lightning, activation, auto
+from lightning_anyaccel import _lightning
 from lightning_anyaccel._lightning import LIGHTNING
-from lightning_anyaccel.auto import AutoModeError
 from lightning_anyaccel.device.devices import get_spec
-from lightning_anyaccel.policy import StrategyNotSupportedError
+from lightning_anyaccel.wiring import activation, auto
+from lightning_anyaccel.wiring.auto import AutoModeError
+from lightning_anyaccel.wiring.policy import StrategyNotSupportedError
 
 
 def _found(caplog: pytest.LogCaptureFixture, count: int, device_type: str) -> bool:

@@ -126,7 +126,7 @@ def test_emulated_device_adds_no_per_step_device_calls() -> None:
     from benchmarks import device_calls, run
 
     if not run.EMULATOR_AUTOLOAD.is_dir():
-        pytest.skip("no emulated device in this checkout (src/lightning_anyaccel/emulator)")
+        pytest.skip("no emulated device in this checkout (src/lightning_anyaccel/kit/emulator)")
     dc = device_calls.run("cpu")  # a CPU run measures the emulated device in a child process
     assert dc["emulated"]["device"]["type"] == device_calls.EMULATED_NAME
     assert dc["device_module_functions"] > 0  # the device module was found, so a call would have been counted
@@ -207,7 +207,7 @@ def test_results_name_the_commit_given_over_a_stale_git(monkeypatch: pytest.Monk
     commit: the commit it is given in ``$LIGHTNING_ANYACCEL_COMMIT`` wins over what ``git`` reports."""
     from benchmarks.common import source_revision
 
-    from lightning_anyaccel.tools.records import COMMIT_ENV
+    from lightning_anyaccel.kit.tools.records import COMMIT_ENV
 
     from_git = source_revision()
     assert from_git["from"] == "git" and len(from_git["commit"]) == 40  # this test runs in a git checkout

@@ -14,7 +14,7 @@ from lightning import Trainer
 
 import lightning_anyaccel  # noqa: F401
 from lightning_anyaccel import AnyAccelerator, portable_map_location
-from lightning_anyaccel.tools.demo import DemoModel, demo_loader
+from lightning_anyaccel.kit.tools.demo import DemoModel, demo_loader
 
 
 @pytest.fixture

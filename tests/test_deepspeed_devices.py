@@ -44,7 +44,7 @@ def test_emulated_devices_register_their_vendors_backend_name():
     in no table. In a process with the emulated sdaa: ``import torch_sdaa`` finds the stand-in over ``torch.sdaa``
     and ``tccl`` is the backend torch creates for the device."""
     from lightning_anyaccel.device.devices import DEVICE_TABLE
-    from lightning_anyaccel.emulator import backend_name
+    from lightning_anyaccel.kit.emulator import backend_name
 
     for name in ("npu", "sdaa", "mlu", "musa"):
         assert backend_name(name) == DEVICE_TABLE[name].backend
@@ -66,8 +66,8 @@ def test_deepspeed_zero_on_the_emulated_sdaa_reproduces_one_device(tmp_path, mon
     """``strategy="any_deepspeed_stage_2"`` and stage 3 on 2 emulated sdaa devices: DeepSpeed's own SDAA
     accelerator (the package refuses any other in the worker), its ``tccl`` backend, gradients and updates
     within the fp32 tolerance of the serial run on one device."""
-    from lightning_anyaccel.tools import parity
-    from lightning_anyaccel.tools.parity_run import judge
+    from lightning_anyaccel.kit.tools import parity
+    from lightning_anyaccel.kit.tools.parity_run import judge
 
     runs = ["deepspeed_2", "deepspeed_3"]
     # the job's processes get the emulated sdaa through the autoload hook

@@ -2,7 +2,7 @@
 
 Real devices refuse operands on another device, fail an allocation past their capacity with an
 out-of-memory error and keep freed memory cached until ``empty_cache``. The emulated device
-(``lightning_anyaccel.emulator``) must be as strict, or an emulated pass proves less than it claims: these tests run
+(``lightning_anyaccel.kit.emulator``) must be as strict, or an emulated pass proves less than it claims: these tests run
 in every emulated pass (``pytest -m device_generic --device emulated:NAME``), and on hardware. On CPU,
 which has neither a second device nor a capacity of its own, they are skipped. What only the emulated
 device can show (a missing ``wait_stream``, a host read of device memory) is in ``tests/test_emulator.py``.
@@ -20,7 +20,7 @@ from lightning import Trainer
 import lightning_anyaccel  # noqa: F401  (registers names)
 from conftest import AUTOLOAD, TESTS, run_python
 from lightning_anyaccel.device import runtime
-from lightning_anyaccel.tools.demo import DemoModel, demo_loader
+from lightning_anyaccel.kit.tools.demo import DemoModel, demo_loader
 
 MATCH = "Expected all tensors to be on the same device"
 

@@ -14,11 +14,12 @@ from lightning.fabric.accelerators import ACCELERATOR_REGISTRY
 from lightning.pytorch.accelerators import AcceleratorRegistry
 
 import lightning_anyaccel  # noqa: F401  (registers names)
-from lightning_anyaccel import AnyAccelerator, policy
+from lightning_anyaccel import AnyAccelerator
 from lightning_anyaccel.checkpoints.checkpoint import portable_map_location
 from lightning_anyaccel.device import devices, runtime
 from lightning_anyaccel.device.devices import DEVICE_TABLE, DeviceSpec, derive_spec, get_spec, register_device
 from lightning_anyaccel.device.precision import PrecisionNotSupportedError, check_precision
+from lightning_anyaccel.wiring import policy
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
 

@@ -285,14 +285,22 @@ def _pytest_options() -> set[str]:
     proc = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    plugin = _options_of(PACKAGE / "emulator" / "pytest_plugin.py")  # the package's plugin, loaded where it is asked for
+    plugin = _options_of(PACKAGE / "kit" / "emulator" / "pytest_plugin.py")  # the package's plugin, loaded where it is asked for
     return set(re.findall(r"(--[\w-]+)", proc.stdout)) | plugin
 
 
 def _command_source(module: str, script: str) -> Path:
+    """The file that defines the command's options: a thin entry's (``lightning_anyaccel.verify``) is the
+    module it imports ``main`` from (``lightning_anyaccel.kit.verify``)."""
+    import ast
+
     if module:
         path = ROOT / "src" / Path(*module.split("."))
-        return path / "__main__.py" if path.is_dir() else path.with_suffix(".py")
+        path = path / "__main__.py" if path.is_dir() else path.with_suffix(".py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and any(a.name == "main" for a in node.names):
+                return _command_source(node.module, "")
+        return path
     return ROOT / script
 
 

@@ -112,7 +112,7 @@ def step(batch, device="cuda"):
 RUN_REPLACEMENTS = '''import os, sys
 from pathlib import Path
 import lightning, torch
-from lightning_anyaccel.emulator.scan import scan
+from lightning_anyaccel.kit.emulator.scan import scan
 
 findings = scan([Path(sys.argv[1])])
 names = {"torch": torch, "th": torch, "lightning": lightning, "os": os}
@@ -125,7 +125,7 @@ print("ON", torch.accelerator.current_accelerator(), "RAN", len(findings), flush
 
 def test_every_replacement_the_scan_suggests_runs_on_the_cpu_and_on_the_emulated_device(tmp_path: Path) -> None:
     """Each code the scan's table gives, as it prints it, runs on a machine without an accelerator and on one."""
-    from lightning_anyaccel.emulator.scan import CUDA_REPLACEMENTS
+    from lightning_anyaccel.kit.emulator.scan import CUDA_REPLACEMENTS
 
     arguments = {"set_device": "0", "manual_seed": "0", "manual_seed_all": "0", "stream": "None",
                  "autocast": "dtype=th.bfloat16"}
@@ -186,8 +186,8 @@ def test_a_failing_cuda_call_is_one_problem_with_its_own_fix_and_a_stray_tensor_
     scan's code for that call; a same-device error points at the line that made the CPU tensor, or says it can not."""
     import torch
 
-    from lightning_anyaccel import emulate
-    from lightning_anyaccel.emulator import problems
+    from lightning_anyaccel.kit import emulate
+    from lightning_anyaccel.kit.emulator import problems
 
     user = tmp_path / "user_code.py"
     user.write_text("import torch\n\ndef step(x):\n    torch.cuda.synchronize()\n    mask = torch.ones(2)\n"
@@ -279,7 +279,7 @@ def test_mpirun_ranks_have_the_device_and_report_their_cuda_calls(tmp_path):
 
 
 def test_no_compiler_is_one_error_naming_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lightning_anyaccel.emulator import build
+    from lightning_anyaccel.kit.emulator import build
 
     monkeypatch.setenv("CXX", "no-such-compiler-here")
     with pytest.raises(build.CompilerMissingError) as raised:
@@ -297,7 +297,7 @@ def test_parallel_processes_compile_once_into_the_cache_the_variable_names(tmp_p
     import torch
     from torch.utils import cpp_extension
 
-    from lightning_anyaccel.emulator import build
+    from lightning_anyaccel.kit.emulator import build
 
     monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "cache"))
     compiles: list[str] = []
@@ -357,7 +357,7 @@ def test_two_devices(emulated_device, tmp_path):
 
 def _user_pytest(project: Path, args: list[str], timeout: float = 600, **env: str):
     """``pytest ARGS`` in a user's project outside the repository, its conftest.py holding the documented line."""
-    (project / "conftest.py").write_text('pytest_plugins = ["lightning_anyaccel.emulator.pytest_plugin"]\n')
+    (project / "conftest.py").write_text('pytest_plugins = ["lightning_anyaccel.kit.emulator.pytest_plugin"]\n')
     clean = {"LIGHTNING_ANYACCEL_EMULATE": "", "LIGHTNING_ANYACCEL_PYTEST_RESTARTED": "", "PYTEST_ADDOPTS": "",
              "LIGHTNING_ANYACCEL_EMULATE_REPORT": ""}
     return run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", *args],

@@ -1,4 +1,4 @@
-"""The emulated accelerator itself (lightning_anyaccel.emulator): what it must do for the device-generic suite to mean something.
+"""The emulated accelerator itself (lightning_anyaccel.kit.emulator): what it must do for the device-generic suite to mean something.
 
 Each check runs in a fresh interpreter, because a process hosts one emulated device type under one
 name and the fork checks need a parent in a known state. The device names are the PrivateUse1
@@ -40,7 +40,7 @@ def test_emulated_device_and_lightning_fit(name):
     with no code: the spec is derived from torch) a bf16-mixed Lightning fit on it. The device-generic suite
     (``pytest -m device_generic --device emulated:npu``) trains on it in depth."""
     fit = name in ("npu", "emu", "xpu", "hpu")
-    proc = run_python(["-m", "lightning_anyaccel.emulator.selfcheck", name, *(["--fit"] if fit else [])],
+    proc = run_python(["-m", "lightning_anyaccel.kit.emulator.selfcheck", name, *(["--fit"] if fit else [])],
                       env=_loaded_first(name), cwd=TESTS,
                       timeout=240)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-4000:]
@@ -59,7 +59,7 @@ def test_one_variable_makes_the_device_exist_in_any_process(tmp_path):
 
 
 def test_a_second_name_in_one_process_is_refused():
-    code = ("from lightning_anyaccel import emulator; emulator.load('npu')\n"
+    code = ("from lightning_anyaccel.kit import emulator; emulator.load('npu')\n"
             "try:\n    emulator.load('mlu')\nexcept RuntimeError as err:\n    print('REFUSED', err)\n")
     proc = run_python(["-c", code], env=_env(), cwd=TESTS, timeout=120)
     assert "REFUSED" in proc.stdout and "already loaded as 'npu'" in proc.stdout, proc.stdout[-2000:]
@@ -68,7 +68,7 @@ def test_a_second_name_in_one_process_is_refused():
 def test_build_is_cached():
     """A second build finds the compiled library and compiles nothing (what `make emulator` relies on); the
     folder names the torch version and the source's hash, in the cache the variable names."""
-    from lightning_anyaccel.emulator import build
+    from lightning_anyaccel.kit.emulator import build
 
     lib = build.build()
     mtime = lib.stat().st_mtime
@@ -152,7 +152,7 @@ def test_collectives_complete_later_and_a_backend_without_avg(tmp_path):
 
 HOST_READS = """
 import ctypes, os, resource, signal, numpy, torch
-from lightning_anyaccel import emulator
+from lightning_anyaccel.kit import emulator
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 emulator.load("npu")
 x = torch.arange(4.0, device="npu") * 2
@@ -184,7 +184,7 @@ def test_host_code_can_not_read_device_memory():
 
 STREAMS = """
 import time, torch
-from lightning_anyaccel import emulator
+from lightning_anyaccel.kit import emulator
 emulator.load("{name}")
 module = torch.get_device_module("{name}")
 x = torch.arange(4.0, device="{name}")

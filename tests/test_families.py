@@ -98,7 +98,7 @@ def test_a_wrong_row_is_found() -> None:
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_every_name_is_registered_with_both_front_ends(family: Family) -> None:
-    """Step 2: the row alone registers the family's names (registration.py) with the Trainer and with Fabric."""
+    """Step 2: the row alone registers the family's names (wiring/registration.py) with the Trainer and with Fabric."""
     from lightning.fabric.strategies import STRATEGY_REGISTRY
     from lightning.pytorch.strategies import StrategyRegistry
 
@@ -109,7 +109,7 @@ def test_every_name_is_registered_with_both_front_ends(family: Family) -> None:
 
 def test_the_vocabulary_tables_derive_from_the_rows() -> None:
     """policy's and activation's tables are the family table's: one table for every strategy name."""
-    from lightning_anyaccel import activation, policy
+    from lightning_anyaccel.wiring import activation, policy
 
     assert policy.EQUIVALENTS is families.EQUIVALENTS and policy.CLASS_EQUIVALENTS is families.CLASS_EQUIVALENTS
     assert activation.PROGRAM_STRATEGIES is families.PROGRAM_STRATEGIES

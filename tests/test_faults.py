@@ -38,7 +38,7 @@ import pytest
 import torch
 
 from _cluster import FULL_MATRIX, PYTHON, ROOT, Job, Result, full
-from lightning_anyaccel.tools.local_runs import free_port
+from lightning_anyaccel.kit.tools.local_runs import free_port
 
 SCRIPT = ROOT / "tests" / "scripts" / "fault_train.py"
 #: The strategy's timeout in these jobs (seconds). The ranks enter the rendezvous together

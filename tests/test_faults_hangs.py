@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from _cluster import PYTHON, ROOT, Job, full, missing, not_root, slurm_cluster
-from lightning_anyaccel.tools.local_runs import free_port
+from lightning_anyaccel.kit.tools.local_runs import free_port
 from test_faults import (
     MARKER,
     SCRIPT,

@@ -42,7 +42,7 @@ from lightning_anyaccel import (
     get_spec,
 )
 from lightning_anyaccel.fabric import AnyDDPStrategy as FabricDDPStrategy
-from lightning_anyaccel.tools.demo import DemoModel, demo_loader
+from lightning_anyaccel.kit.tools.demo import DemoModel, demo_loader
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
 needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,

@@ -41,7 +41,7 @@ from _cluster import (
     slurm_cluster,
     veth_hosts,
 )
-from lightning_anyaccel.tools.local_runs import free_port
+from lightning_anyaccel.kit.tools.local_runs import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -167,12 +167,12 @@ def test_aurora_script_on_one_node(tmp_path: Path, launcher: str, strategy: str)
 def test_aurora_script_on_the_emulated_seed_devices(tmp_path: Path, device_type: str, backend: str,
                                                     strategy: str) -> None:
     """The Aurora script under Open MPI, one node, 2 ranks, on the seeds' own device types, emulated
-    (``lightning_anyaccel.emulator``, loaded in every rank by ``LIGHTNING_ANYACCEL_EMULATE``): ``--accelerator any`` finds
+    (``lightning_anyaccel.kit.emulator``, loaded in every rank by ``LIGHTNING_ANYACCEL_EMULATE``): ``--accelerator any`` finds
     the device, DDP or DeepSpeed (through DeepSpeed's own XPU/HPU accelerator) runs over the vendor's backend
     name, bf16 on the device, the best checkpoint tested. One strategy per device type keeps CI short."""
     _skip_unless("openmpi", strategy)
     out = tmp_path / "out"
-    pythonpath = os.pathsep.join([str(ROOT / "src" / "lightning_anyaccel" / "emulator" / "autoload"), str(ROOT / "src")])
+    pythonpath = os.pathsep.join([str(ROOT / "src" / "lightning_anyaccel" / "kit" / "emulator" / "autoload"), str(ROOT / "src")])
     env = {**OMPI_ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "MPIEXEC": str(OPENMPI),
            "NNODES": "1", "PPN": "2", "PYTHONPATH": pythonpath, "LIGHTNING_ANYACCEL_EMULATE": device_type,
            "MPIEXEC_EXTRA_ARGS": "--bind-to none --oversubscribe -x LIGHTNING_ANYACCEL_EMULATE"

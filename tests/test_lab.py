@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_anyaccel.tools.local_runs import free_port
+from lightning_anyaccel.kit.tools.local_runs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -246,7 +246,7 @@ def test_notebook_shows_its_measured_run_time_and_what_to_change(name):
     code = _cells(name, "code")
     assert f'start("{name.removesuffix(".ipynb")}")' in code[1], f"{name}: the second cell calls start(...)"
     assert code[-1].strip() == "finish()", f"{name}: the last cell is finish()"
-    times = json.loads((ROOT / "src" / "lightning_anyaccel" / "tutorial" / "run_times.json").read_text())
+    times = json.loads((ROOT / "src" / "lightning_anyaccel" / "kit" / "tutorial" / "run_times.json").read_text())
     assert times.get(name.removesuffix(".ipynb"), {}).get("cpus") == 2, \
         f"{name}: no run time measured on 2 CPU cores: run `make notebook-times` and commit run_times.json"
     markdown = "\n".join(_cells(name, "markdown"))
@@ -315,22 +315,22 @@ def test_notebook_writes_what_it_imports(name):
             assert any(t == f"{module}.py" or t.endswith(f"/{module}.py") for t in written), \
                 f"{name} imports {module} without writing {module}.py"
     assert "from tutorial" not in code and "../" not in code, f"{name} reads files of the repository"
-    copied = set(re.findall(r'copy_script\("([\w./]+)"\)', code))  # from lightning_anyaccel.tutorial
+    copied = set(re.findall(r'copy_script\("([\w./]+)"\)', code))  # from lightning_anyaccel.kit.tutorial
     for script in copied:
-        assert (ROOT / "src" / "lightning_anyaccel" / "tutorial" / script).is_file(), script
+        assert (ROOT / "src" / "lightning_anyaccel" / "kit" / "tutorial" / script).is_file(), script
     for script in re.findall(r'"([\w/]+\.(?:py|sh))"', code):
         assert script in written | copied or any(t.endswith(f"/{script}") for t in written | copied), \
             f"{name} launches {script} without writing or copying it"
 
 
-#: a code cell this long that two notebooks share is a helper to write once (lightning_anyaccel.tutorial)
+#: a code cell this long that two notebooks share is a helper to write once (lightning_anyaccel.kit.tutorial)
 SHARED_CELL_LINES = 10
 
 
 def test_the_launch_scripts_ship_once():
     """Notebook 4 shows and runs the repository's launch scripts, shipped with the package (a link to
     ``scripts/launch/``), never a copy typed into a cell."""
-    shipped = ROOT / "src" / "lightning_anyaccel" / "tutorial" / "launch"
+    shipped = ROOT / "src" / "lightning_anyaccel" / "kit" / "tutorial" / "launch"
     assert shipped.is_symlink() and shipped.resolve() == (ROOT / "scripts" / "launch").resolve()
     assert not [t for t in _written_files() if t.startswith("launch/")], "a launch script pasted into a notebook"
 

@@ -109,7 +109,7 @@ def test_the_graph_sees_the_modules_beside_the_package() -> None:
 
 def test_the_graph_sees_lazy_imports() -> None:
     """An import inside a function is an edge too (verify imports the checks' helpers when it runs)."""
-    assert "lightning_anyaccel.device.distributed" in import_graph()["lightning_anyaccel.verify"]
+    assert "lightning_anyaccel.device.distributed" in import_graph()["lightning_anyaccel.kit.verify"]
 
 
 #: The most lines a module of src/ may have, blank lines not counted (docs/architecture.md, "The layers").
@@ -120,3 +120,18 @@ def test_no_module_over_the_bound() -> None:
     """Every module of src/ stays within :data:`MAX_MODULE_LINES` lines with text (code, docstrings, comments)."""
     lengths = {name: sum(1 for line in path.read_text().splitlines() if line.strip()) for name, path in MODULES.items()}
     assert {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES} == {}
+
+
+#: The most modules directly in the package's folder (docs/architecture.md, "The layers"): the plugin's
+#: faces and foundation, and the commands' thin entries; everything else lives in a subpackage.
+MAX_ROOT_MODULES = 12
+
+
+def test_the_package_root_stays_small() -> None:
+    """The root reads as the plugin: at most :data:`MAX_ROOT_MODULES` modules, the kit's code under ``kit/``."""
+    root = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, root
+    kit_entries = {"verify.py", "validate.py", "emulate.py"}
+    thick = {name: n for name in kit_entries
+             if (n := sum(1 for line in (PACKAGE / name).read_text().splitlines() if line.strip())) > 20}
+    assert thick == {}, f"a command's entry only runs kit/'s implementation: {thick}"

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from lightning_anyaccel import _lightning, lightning_stubs
+from lightning_anyaccel import _lightning
+from lightning_anyaccel._lightning import stubs as lightning_stubs
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "lightning_anyaccel"
 #: The emulated device: a torch backend (torch's private backend API, as vendors' plugins use it), no Lightning.
-EMULATOR = SRC / "emulator"
+EMULATOR = SRC / "kit" / "emulator"
 INSTALLED = [distribution for distribution in _lightning.DISTRIBUTIONS if distribution.is_installed()]
 
 #: Private names the package uses that are not Lightning's, or are the package's own but set dynamically.
@@ -261,7 +262,7 @@ def test_port_refuses_a_method_that_wraps_super() -> None:
         _lightning.port(Broken, _lightning.PYTORCH_LIGHTNING)
 
 
-@pytest.mark.parametrize("module", ["_lightning", "policy", "registration", "pytorch_lightning", "lightning_fabric"])
+@pytest.mark.parametrize("module", ["_lightning", "wiring.policy", "wiring.registration", "pytorch_lightning", "lightning_fabric"])
 def test_docstring_examples(module) -> None:
     import doctest
     import importlib

@@ -1,4 +1,4 @@
-"""Parity: 2 processes of every multi-process strategy compute what one device computes (``tools/parity.py``).
+"""Parity: 2 processes of every multi-process strategy compute what one device computes (``kit/tools/parity.py``).
 
 One 2-process launch per device under test (``--device``: CPU, and each emulated device of ``make test``)
 trains, one after the other in the same processes, through the Trainer DDP (also with
@@ -6,7 +6,7 @@ trains, one after the other in the same processes, through the Trainer DDP (also
 the host), FSDP2, tensor parallelism (``any_model_parallel``'s default: the 2 processes one tensor-parallel
 group, the middle layers split) and, where DeepSpeed runs on the device type, ZeRO-1, ZeRO-2, ZeRO-3, each also with
 optimizer offload (ZeRO-3: parameters too); then the same strategies through a plain Fabric loop
-(``tools/parity_fabric.py``). 3 steps each with gradient clipping, from the weights and rows of a serial
+(``kit/tools/parity_fabric.py``). 3 steps each with gradient clipping, from the weights and rows of a serial
 reference run on one device (rank 0, before the strategies). Then the negative controls, each of which
 the comparison must reject, naming the tensor and the step: rank 1's gradient left out, gradients
 summed instead of averaged, rank 1 skipping the update, and a trainable parameter outside every FSDP2
@@ -112,8 +112,8 @@ def test_two_processes_reproduce_one_device(parity_job, strategy, device):
 
 def _judge_and_log(out: Path, strategy: str, device) -> None:
     """Judge a run against the reference within the fp32 tolerance, and log its measured differences."""
-    from lightning_anyaccel.tools import parity
-    from lightning_anyaccel.tools.parity_run import judge
+    from lightning_anyaccel.kit.tools import parity
+    from lightning_anyaccel.kit.tools.parity_run import judge
 
     report = judge(out, strategy, processes=2)
     assert report.steps == parity.STEPS
@@ -149,9 +149,9 @@ def test_every_registered_strategy_is_checked_or_named():
     """Every name the package registers (each front end) is in ``parity_run.COVERAGE``: the runs that check it,
     each judged by a test above, or why its computation is a checked one; the aliases' claims hold."""
     import lightning_anyaccel
+    from lightning_anyaccel.kit.tools.parity_run import COVERAGE
     from lightning_anyaccel.strategies.families import FAMILIES
     from lightning_anyaccel.strategies.families import START_METHODS as METHODS
-    from lightning_anyaccel.tools.parity_run import COVERAGE
 
     registered = {name for family in FAMILIES for name in family.names}
     missing = registered - set(COVERAGE)
@@ -176,8 +176,8 @@ def test_bf16_mixed_matches_the_serial_bf16_run(parity_job, run, device):
     gate (the serial bf16 run differs from the serial fp32 one: autocast computed in bf16 on the device)."""
     if not _bf16(device.type):
         pytest.skip(f"{device.type} does not autocast bf16")
-    from lightning_anyaccel.tools import parity
-    from lightning_anyaccel.tools.parity_run import judge
+    from lightning_anyaccel.kit.tools import parity
+    from lightning_anyaccel.kit.tools.parity_run import judge
 
     report = judge(parity_job, run, processes=2, precision="bf16-mixed")
     assert max(report.norm, report.grad, report.update) <= parity.BF16_RTOL, report.line()
@@ -190,8 +190,8 @@ def test_bf16_mixed_matches_the_serial_bf16_run(parity_job, run, device):
 @pytest.mark.parametrize("run", list(CONTROLS))
 def test_negative_controls_are_rejected(parity_job, run):
     """Each broken run fails the comparison, and the failure names the rank, step and tensor (or the norm)."""
-    from lightning_anyaccel.tools.parity import ParityError
-    from lightning_anyaccel.tools.parity_run import judge
+    from lightning_anyaccel.kit.tools.parity import ParityError
+    from lightning_anyaccel.kit.tools.parity_run import judge
 
     with pytest.raises(ParityError, match=CONTROLS[run]) as rejected:
         judge(parity_job, run, processes=2)
@@ -226,7 +226,7 @@ dist.destroy_process_group()
 def test_fsdp2_refuses_a_trainable_parameter_no_fully_shard_manages():
     """The FSDP2 guard (``strategies/model_parallel.py``), run by both front ends' setup before fitting:
     a trainable parameter outside every ``fully_shard`` is refused by name with the fix; frozen ones are not."""
-    from lightning_anyaccel.tools.local_runs import free_port
+    from lightning_anyaccel.kit.tools.local_runs import free_port
 
     proc = run_python(["-c", GUARD.format(port=free_port())], timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -247,9 +247,9 @@ def test_two_nodes_of_two_processes_reproduce_one_device(tmp_path, device):
     if not device.is_cpu:  # the emulated passes run the device-generic tests only
         pytest.skip("the 2-node run trains on CPU: the CPU pass runs it")
     from _cluster import LAUNCH, PYTHON, Job
-    from lightning_anyaccel.tools import parity
-    from lightning_anyaccel.tools.local_runs import free_port
-    from lightning_anyaccel.tools.parity_run import judge
+    from lightning_anyaccel.kit.tools import parity
+    from lightning_anyaccel.kit.tools.local_runs import free_port
+    from lightning_anyaccel.kit.tools.parity_run import judge
 
     out = tmp_path / "out"
     with Job(env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), **ENV}) as job:

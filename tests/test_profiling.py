@@ -27,7 +27,7 @@ def profile_fit(root: Path, accelerator: Any = "any", **profiler_kwargs: Any) ->
     from lightning.pytorch import Trainer
     from lightning.pytorch.profilers import PyTorchProfiler
 
-    from lightning_anyaccel.tools.demo import DemoModel, demo_loader
+    from lightning_anyaccel.kit.tools.demo import DemoModel, demo_loader
 
     profiler = PyTorchProfiler(dirpath=root, filename="report", row_limit=-1, **profiler_kwargs)
     trainer = Trainer(accelerator=accelerator, devices=1, max_steps=6, profiler=profiler, logger=False,
@@ -53,7 +53,7 @@ def test_trainer_profiler_records_the_device(tmp_path, request, device, device_t
     """The device's time per operator where torch records the device; on CPU, Lightning's profiler unchanged."""
     from lightning_anyaccel.device.devices import get_spec
     from lightning_anyaccel.device.profiling import profiler_plan
-    from lightning_anyaccel.emulator.names import BUILTIN_TYPES
+    from lightning_anyaccel.kit.emulator.names import BUILTIN_TYPES
 
     if device.emulated and device_type in BUILTIN_TYPES:
         pytest.skip(f"the emulated {device_type} records no device activity: torch records {device_type} through"

@@ -1,6 +1,6 @@
 """Lightning programs nobody edited for the package, put to work with ``LIGHTNING_ANYACCEL_ACTIVATE=1``.
 
-Each runs as a user runs it, on the emulated accelerator (two ``hpu`` devices, ``lightning_anyaccel.emulator``)
+Each runs as a user runs it, on the emulated accelerator (two ``hpu`` devices, ``lightning_anyaccel.kit.emulator``)
 in fresh processes: the variable is the only change, and the start-up hook the package installs
 (``lightning_anyaccel_startup.pth``) imports the package in every process once the program imports
 Lightning, the processes Lightning's launcher starts included. Nothing is downloaded: the data and
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import AUTOLOAD, DDP_TIMEOUT, LEAN_IMPORTS, ROOT, SRC, run_python
-from lightning_anyaccel.tools.local_runs import child_env
+from lightning_anyaccel.kit.tools.local_runs import child_env
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +135,7 @@ def test_the_variable_reaches_every_rank_a_launcher_starts(launcher, tmp_path):
     ...``: the launcher, not Lightning, starts both ranks, and each is put to work by the variable it inherits."""
     pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the programs extra)")
     from _cluster import Job
-    from lightning_anyaccel.tools.local_runs import free_port
+    from lightning_anyaccel.kit.tools.local_runs import free_port
 
     command = LAUNCHERS[launcher]
     if not Path(command[0]).exists():
@@ -154,7 +154,7 @@ def test_the_variable_reaches_every_task_srun_starts(tmp_path, monkeypatch):
     with the environment it exports (``--export=ALL``: the caller's), and each is put to work by the variable."""
     pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the programs extra)")
     from _cluster import missing, not_root, slurm_cluster
-    from lightning_anyaccel.tools.local_runs import free_port
+    from lightning_anyaccel.kit.tools.local_runs import free_port
 
     reason = not_root() or missing("slurmctld", "slurmd", "munged", "srun")
     if reason:

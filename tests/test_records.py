@@ -1,4 +1,4 @@
-"""Validation records (``lightning_anyaccel.tools.records``): written by the run, tied to the commit, checked.
+"""Validation records (``lightning_anyaccel.kit.tools.records``): written by the run, tied to the commit, checked.
 
 A real pytest run writes one (``--validation-record``, under pytest-xdist as ``make test`` runs it);
 every committed record in ``docs/records`` is what a run wrote (its digest, counts and features
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_python
-from lightning_anyaccel.tools import records
+from lightning_anyaccel.kit.tools import records
 
 COMMITTED = sorted((ROOT / records.RECORD_DIR).glob("*.toml"))
 FIT = "tests/test_trainer_cpu.py::test_single_device_fit_learns"
@@ -328,7 +328,7 @@ def test_the_grid_and_the_device_pages_show_the_largest_difference_from_one_devi
     assert [pages._sci(v) for v in (3.17e-07, 1e-05, 6.3e-03)] == ["3.2e-7", "1e-5", "6.3e-3"]
     assert "Not measured on this device yet." in "\n".join(pages._parity_lines(with_backend, {}))
     # every run the parity check trains has a name in the users' words, each its own
-    from lightning_anyaccel.tools import parity_run
+    from lightning_anyaccel.kit.tools import parity_run
 
     names = [*parity_run.STRATEGIES, *parity_run.FABRIC]
     labels = [pages.parity_name(name) for name in names]

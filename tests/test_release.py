@@ -40,7 +40,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import StrategyRegistry
 from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_ACCELERATORS
-from lightning_anyaccel.tools.demo import DemoModel, demo_loader
+from lightning_anyaccel.kit.tools.demo import DemoModel, demo_loader
 import torch
 torch.manual_seed(0)
 model = DemoModel()
@@ -114,12 +114,13 @@ def test_wheel_contents_and_metadata(dist):
         assert zf.read("lightning_anyaccel_startup.pth") == (ROOT / "src" / "lightning_anyaccel_startup.pth").read_bytes()
     assert not [n for n in names if n.startswith(("tests/", "notebooks/", "benchmarks/"))], "wheel ships non-package files"
     # the emulated device as source, compiled at first use (never at install: no library in the wheel)
-    assert {"lightning_anyaccel/emulator/csrc/emulator.cpp", "lightning_anyaccel/emulator/autoload/sitecustomize.py",
-            "lightning_anyaccel/emulate.py", "lightning_anyaccel/emulator/build.py"} <= set(names)
+    assert {"lightning_anyaccel/kit/emulator/csrc/emulator.cpp", "lightning_anyaccel/kit/emulator/autoload/sitecustomize.py",
+            "lightning_anyaccel/emulate.py", "lightning_anyaccel/kit/emulate.py",
+            "lightning_anyaccel/kit/emulator/build.py"} <= set(names)
     assert not [n for n in names if n.endswith((".so", ".o", ".pyd"))], "the wheel ships a compiled library"
     # what a downloaded notebook reads from the package: its recorded run time, notebook 4's launch scripts
-    assert {"lightning_anyaccel/tutorial/run_times.json", "lightning_anyaccel/tutorial/launch/torchrun.sh",
-            "lightning_anyaccel/tutorial/launch/slurm.sbatch"} <= set(names)
+    assert {"lightning_anyaccel/kit/tutorial/run_times.json", "lightning_anyaccel/kit/tutorial/launch/torchrun.sh",
+            "lightning_anyaccel/kit/tutorial/launch/slurm.sbatch"} <= set(names)
     assert metadata["Version"] == __version__
     requires = [Requirement(r) for r in metadata.get_all("Requires-Dist")]
     core = {r.name: r for r in requires if r.marker is None}
@@ -129,8 +130,8 @@ def test_wheel_contents_and_metadata(dist):
     with tarfile.open(sdist) as tf:
         members = {m.name.split("/", 1)[1] for m in tf.getmembers() if "/" in m.name}
     assert {"pyproject.toml", "setup.py", "README.md", "src/lightning_anyaccel/_version.py",
-            "src/lightning_anyaccel_startup.pth", "src/lightning_anyaccel/emulator/csrc/emulator.cpp",
-            "src/lightning_anyaccel/emulator/autoload/sitecustomize.py"} <= members
+            "src/lightning_anyaccel_startup.pth", "src/lightning_anyaccel/kit/emulator/csrc/emulator.cpp",
+            "src/lightning_anyaccel/kit/emulator/autoload/sitecustomize.py"} <= members
 
 
 def test_wheel_in_a_fresh_venv_registers_and_trains(dist, tmp_path):
@@ -164,7 +165,7 @@ def test_wheel_in_a_fresh_venv_registers_and_trains(dist, tmp_path):
     out = _run([str(python), "-m", "lightning_anyaccel.validate", "--checks", "fit", "--record", str(record)],
                cwd=tmp_path, timeout=240, env=env)
     assert "[ 1/1] fit: PASSED" in out and f"record written to {record}" in out, out
-    from lightning_anyaccel.tools import records
+    from lightning_anyaccel.kit.tools import records
 
     assert records.problems(record.read_text()) == []
     written = records.loads(record.read_text())

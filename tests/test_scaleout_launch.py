@@ -26,7 +26,7 @@ from _cluster import (
     train_args,
     veth_hosts,
 )
-from lightning_anyaccel.tools.local_runs import free_port
+from lightning_anyaccel.kit.tools.local_runs import free_port
 
 pytestmark = pytest.mark.slow
 VENV_BIN = Path(sys.executable).parent

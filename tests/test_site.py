@@ -829,11 +829,12 @@ def test_troubleshooting_names_every_error_of_the_package(site):
     import inspect
 
     import lightning_anyaccel
-    from lightning_anyaccel import accelerator, policy
+    from lightning_anyaccel import accelerator
     from lightning_anyaccel.checkpoints import checkpoint
     from lightning_anyaccel.cluster import launch_layout
     from lightning_anyaccel.device import distributed, precision, runtime
     from lightning_anyaccel.strategies import errors
+    from lightning_anyaccel.wiring import policy
 
     classes = {name for module in (lightning_anyaccel, accelerator, checkpoint, distributed, launch_layout, policy,
                                    precision, runtime, errors)

@@ -19,7 +19,7 @@ pytest.importorskip("sybil", reason="sybil (docs extra) is not installed: the do
 from sybil.document import Document  # noqa: E402
 from sybil.parsers.markdown.lexers import FencedCodeBlockLexer  # noqa: E402
 
-from lightning_anyaccel.tools.demo import demo_data  # noqa: E402
+from lightning_anyaccel.kit.tools.demo import demo_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

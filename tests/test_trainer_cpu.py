@@ -29,7 +29,7 @@ from lightning_anyaccel import AnyAccelerator, AnySingleDeviceStrategy
 from lightning_anyaccel.device import runtime
 from lightning_anyaccel.device.devices import get_spec
 from lightning_anyaccel.device.distributed import ForkAfterInitError
-from lightning_anyaccel.tools.demo import DemoModel, demo_loader
+from lightning_anyaccel.kit.tools.demo import DemoModel, demo_loader
 
 TRAIN = str(Path(__file__).parent / "scripts" / "train.py")
 

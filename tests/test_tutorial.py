@@ -1,4 +1,4 @@
-"""lightning_anyaccel.tutorial: what the notebooks import instead of writing it again."""
+"""lightning_anyaccel.kit.tutorial: what the notebooks import instead of writing it again."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from lightning_anyaccel import tutorial
-from lightning_anyaccel.tutorial import digits
+from lightning_anyaccel.kit import tutorial
+from lightning_anyaccel.kit.tutorial import digits
 
 
 def test_html_table_escapes_what_it_shows():
@@ -60,19 +60,19 @@ def test_digits_splits_are_stratified_and_fixed():
 
 
 def test_importing_the_package_does_not_import_the_tutorial():
-    code = "import sys, lightning_anyaccel; print('lightning_anyaccel.tutorial' in sys.modules)"
+    code = "import sys, lightning_anyaccel; print('lightning_anyaccel.kit.tutorial' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr[-2000:]
 
 
 def test_copy_script_copies_a_launch_script_of_the_repository(tmp_path):
     copied = tutorial.copy_script("launch/torchrun.sh", tmp_path)
-    repository = tutorial.HERE.parents[2] / "scripts" / "launch" / "torchrun.sh"
+    repository = tutorial.HERE.parents[3] / "scripts" / "launch" / "torchrun.sh"
     assert copied.read_text() == repository.read_text() and copied.stat().st_mode & 0o111
 
 
 def test_finish_records_the_run_time_the_next_header_shows(tmp_path, monkeypatch, capsys):
-    from lightning_anyaccel.tutorial import session
+    from lightning_anyaccel.kit.tutorial import session
 
     with pytest.raises(RuntimeError, match="finish\\(\\) before start\\(\\)"):
         monkeypatch.setattr(session, "_started", {})

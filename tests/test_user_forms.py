@@ -1,4 +1,4 @@
-"""Users' code as they already write it, on both Lightning packages (in-process; see ``policy.py``).
+"""Users' code as they already write it, on both Lightning packages (in-process; see ``wiring/policy.py``).
 
 The vendor plugins' first example is ``Trainer(accelerator="hpu", devices=8)`` with no strategy;
 projects use ``import pytorch_lightning as pl``; scripts pass ``strategy="ddp"`` or
@@ -20,7 +20,7 @@ import lightning_anyaccel  # noqa: F401  (registers the names)
 from fakes import install_fake_device
 from front_ends import EVERY_FRONT_END, EVERY_TRAINER, FABRIC, TRAINER, FrontEndCase
 from lightning_anyaccel import ShardingNotSupportedError
-from lightning_anyaccel.policy import FrontEndMismatchError, StrategyNotSupportedError
+from lightning_anyaccel.wiring.policy import FrontEndMismatchError, StrategyNotSupportedError
 
 # ----- the accelerator alone ------------------------------------------------------------------------
 
@@ -174,7 +174,7 @@ def test_mixing_the_two_packages_fails_fast() -> None:
 
 def test_verify_fit_runs_with_pytorch_lightning() -> None:
     """``verify --frontend pytorch_lightning``'s fit, in-process (the other checks do not use Lightning)."""
-    from lightning_anyaccel import verify
+    from lightning_anyaccel.kit import verify
 
     assert verify.check_fit("cpu", "pytorch_lightning").startswith("4 steps on cpu")
     assert verify.main(["--frontend", "pytorch_lightning", "--device", "not-a-device"]) == 1  # its report, failed

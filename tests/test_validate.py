@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from conftest import ROOT
-from lightning_anyaccel import validate
-from lightning_anyaccel.tools import records
+from lightning_anyaccel.kit import validate
+from lightning_anyaccel.kit.tools import records
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lightning_anyaccel import verify
+from lightning_anyaccel.kit import verify
 
 
 @pytest.mark.feature("verify")
@@ -100,17 +100,17 @@ def test_failed_check_fails_the_report(monkeypatch):
     assert verify.main(["--device", "cpu"]) == 1
 
 
-@pytest.mark.parametrize("module", ["device.devices", "checkpoints.optimizer_params", "verify", "tools.records",
+@pytest.mark.parametrize("module", ["device.devices", "checkpoints.optimizer_params", "kit.verify", "kit.tools.records",
                                     "device.runtime", "device.precision", "device.distributed",
                                     "checkpoints.checkpoint", "accelerator", "_compat", "strategies.single",
                                     "device.sharded_precision", "strategies.fsdp", "strategies.model_parallel",
                                     "strategies.deepspeed", "device.sync_batchnorm", "device.compilation",
                                     "cluster.build_locks", "strategies.steps", "strategies.base",
                                     "strategies.multi_process", "strategies.sharded", "strategies.ddp",
-                                    "fabric.strategies", "front_ends", "tools.local_runs", "lightning_stubs",
+                                    "fabric.strategies", "front_ends", "kit.tools.local_runs", "_lightning.stubs",
                                     "checkpoints.atomic_commit", "cluster.gloo_interface", "cluster.rendezvous",
                                     "_lightning", "_lightning.porting", "_lightning.names", "_lightning.accessors",
-                                    "auto", "activation", "device.spec", "strategies.families",
+                                    "wiring.auto", "wiring.activation", "device.spec", "strategies.families",
                                     "strategies.deepspeed_checks"])
 def test_docstring_examples(module):
     import doctest

@@ -77,7 +77,7 @@ ONE_DEVICE = textwrap.dedent("""
     import lightning_anyaccel
     from lightning_anyaccel.fabric import AnySingleDeviceStrategy as FabricSingle
     from lightning_anyaccel.strategies import AnySingleDeviceStrategy
-    from lightning_anyaccel.tools.demo import DemoModel, demo_data
+    from lightning_anyaccel.kit.tools.demo import DemoModel, demo_data
 
     def hang(*_):
         while True:

@@ -1,6 +1,6 @@
 """``pytest --validation-record PATH``: the run writes its validation record (docs/validate_hardware.md).
 
-The record (format and checks: ``lightning_anyaccel.tools.records``) holds every test's outcome and the
+The record (format and checks: ``lightning_anyaccel.kit.tools.records``) holds every test's outcome and the
 features each passing test proves. A test names those features with the marker
 ``@pytest.mark.feature("ddp", ..., processes=N)`` (``processes``: how many processes it trains with;
 ``1`` for a multi-process strategy run as one process). Credit goes to the device under test only
@@ -13,7 +13,7 @@ device type and the features; ``--simulated-records DIR`` writes ``DIR/<type>-si
 each simulated type, from those tests alone. Such a test is never credited to the device under test.
 
 The commit comes from git in this checkout, or from ``LIGHTNING_ANYACCEL_COMMIT`` in a copy of the
-tree without ``.git`` (``lightning_anyaccel.tools.records.provenance``).
+tree without ``.git`` (``lightning_anyaccel.kit.tools.records.provenance``).
 
 Parity: ``tests/test_parity.py`` appends each strategy's measured differences, where its test passed, to the
 file ``ANYACCEL_PARITY_LOG`` names (one JSON line each); the collector points it at a file of this session
@@ -33,11 +33,11 @@ from typing import Any
 
 import pytest
 
-from lightning_anyaccel.tools import records
+from lightning_anyaccel.kit.tools import records
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What an emulated record proves and what it does not, written into it.
-EMULATED_NOTE = ("the emulated accelerator (lightning_anyaccel.emulator) under this device type's name: real tensors and"
+EMULATED_NOTE = ("the emulated accelerator (lightning_anyaccel.kit.emulator) under this device type's name: real tensors and"
                  " autocast on a PrivateUse1 (or torch's own xpu/hpu) device, host memory, CPU kernels,"
                  " collectives through the emulator's backend over gloo (not the vendor's collective library)")
 #: The variable tests/test_parity.py appends its measured differences to (one JSON line per strategy that passed).
@@ -162,7 +162,7 @@ def write_record(path: Path, device: Any, session: pytest.Session, collector: Co
     if hasattr(session.config, "workerinput"):
         return
     files = sorted({nodeid.split("::", 1)[0] for nodeid in collector.outcomes})
-    covers = [*COMMON_COVERS, *files, *(["src/lightning_anyaccel/emulator"] if device.emulated else [])]
+    covers = [*COMMON_COVERS, *files, *(["src/lightning_anyaccel/kit/emulator"] if device.emulated else [])]
     record = records.build_record(device_type=device.type, level=device.level, tests=collector.outcomes,
                                   command=_command(session), covers=covers, root=ROOT, runner="pytest",
                                   note=EMULATED_NOTE if device.emulated else "")

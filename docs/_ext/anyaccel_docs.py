@@ -2,11 +2,11 @@
 
 - `anyaccel-support-matrix`, `anyaccel-install-table`, `anyaccel-validation`: directives
   that build their tables at build time from `lightning_anyaccel.device.devices.DEVICE_TABLE`, the
-  validation records `docs/records/` (each written by its run: `lightning_anyaccel.tools.records`) and
+  validation records `docs/records/` (each written by its run: `lightning_anyaccel.kit.tools.records`) and
   `docs/validation.toml`, so the pages can not drift from the code or from what was run. Each
   record's age is the number of commits to the code it covers since its commit (`git` at build
   time; "age unknown" without the history, as in a shallow clone); past
-  `lightning_anyaccel.tools.records.STALE_AFTER` it is marked stale.
+  `lightning_anyaccel.kit.tools.records.STALE_AFTER` it is marked stale.
 - `anyaccel-device-status`: the front page's status badge per device family, linking to the
   per-device pages `docs/devices/<type>.md`, which `write_device_pages` generates (install, the lines
   to change, `verify`, what ran, known limitations there) before Sphinx reads the sources.
@@ -23,11 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import device_pages
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
-
-import device_pages
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -58,13 +57,13 @@ MIGRATION = {
 }
 
 #: The three levels of evidence, strongest first: a record ``docs/records/<type>-<level>.toml``
-#: (lightning_anyaccel.tools.records) for each.
+#: (lightning_anyaccel.kit.tools.records) for each.
 LEVELS = tuple(device_pages.LEVEL_MARKS)
 
 def load_records(srcdir: Path) -> dict[str, dict[str, Any]]:
     """Every record under ``docs/records`` by its path relative to it (``cpu-hardware``,
-    ``torch-oldest/npu-emulated``), each with its ``_age`` (:func:`lightning_anyaccel.tools.records.age`)."""
-    from lightning_anyaccel.tools import records
+    ``torch-oldest/npu-emulated``), each with its ``_age`` (:func:`lightning_anyaccel.kit.tools.records.age`)."""
+    from lightning_anyaccel.kit.tools import records
 
     found = {}
     root = srcdir / records.RECORD_DIR
@@ -98,7 +97,7 @@ def load_validation(srcdir: Path) -> dict[str, Any]:
 
 def age_text(record: dict[str, Any]) -> str:
     """``commit 1a2b3c4d5e, 3 commits to its code since`` (or ``stale: ...``, ``age unknown``)."""
-    from lightning_anyaccel.tools.records import STALE_AFTER
+    from lightning_anyaccel.kit.tools.records import STALE_AFTER
 
     commit = str(record.get("commit", "unknown"))
     text = f"commit {commit[:10]}" + ("" if record.get("tree_clean") else " with uncommitted changes")
@@ -111,7 +110,7 @@ def age_text(record: dict[str, Any]) -> str:
 
 
 def is_stale(record: dict[str, Any]) -> bool:
-    from lightning_anyaccel.tools.records import STALE_AFTER
+    from lightning_anyaccel.kit.tools.records import STALE_AFTER
 
     return isinstance(record.get("_age"), int) and record["_age"] > STALE_AFTER
 
@@ -365,7 +364,7 @@ class ParityTable(_TableDirective):
     """Per record with parity: who measured it (the run's date, commit, torch, command), what, and how far off."""
 
     def tables(self) -> list[nodes.Node]:
-        from lightning_anyaccel.tools import records
+        from lightning_anyaccel.kit.tools import records
 
         srcdir = Path(self.env.srcdir)
         rows = []
@@ -423,7 +422,7 @@ def _trainer_lines(spec: Any) -> str:
     """The lines a user of this device type changes: the import and the Trainer's arguments.
 
     A device type Lightning has no accelerator for is found by ``Trainer()`` once the package is
-    imported (``lightning_anyaccel.auto``); CPU, CUDA and MPS keep Lightning's own automatic choice,
+    imported (``lightning_anyaccel.wiring.auto``); CPU, CUDA and MPS keep Lightning's own automatic choice,
     so their lines name the package's accelerator.
     """
     precision = next((flag for flag in ("bf16-mixed", "16-mixed") if spec.supports_precision(flag)), "32-true")

@@ -55,7 +55,7 @@ FEATURES = {
 #: The columns of the users' grid (the fork check is a detail for contributors).
 GRID_FEATURES = tuple(key for key in FEATURES if key != "fork_safety")
 #: The runs of parity in the users' words, in the tables' order: a strategy's short name
-#: (``tools/parity_run.STRATEGIES``, the test suite's ``[parity]`` section) or a validation kit check's name (its
+#: (``kit/tools/parity_run.STRATEGIES``, the test suite's ``[parity]`` section) or a validation kit check's name (its
 #: test entry's ``parity``). :func:`parity_name` adds what the short name says beyond these: ``fabric_`` in front
 #: (Fabric's loop) and a DeepSpeed stage's ``_offload`` at the end.
 PARITY_NAMES = {

@@ -9,7 +9,7 @@ import sys
 from lightning import Trainer
 
 import lightning_anyaccel  # noqa: F401  (registers "any"; maps "ddp" to the package's DDP)
-from lightning_anyaccel.tools.demo import DemoModel, demo_loader
+from lightning_anyaccel.kit.tools.demo import DemoModel, demo_loader
 
 trainer = Trainer(accelerator="any", devices=2, strategy="ddp", precision="bf16-mixed", max_epochs=4)
 

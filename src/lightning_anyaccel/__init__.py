@@ -10,9 +10,9 @@ Importing the package registers, for the Trainer:
   (``"any_model_parallel"``) and ``"any_deepspeed"``, ``"any_deepspeed_stage_{1,2,3}"`` (``_offload``);
 
 and the same names in Lightning Fabric's registries (see :mod:`lightning_anyaccel.fabric`), for
-``lightning`` and for ``pytorch_lightning``/``lightning_fabric`` (:mod:`lightning_anyaccel.registration`).
+``lightning`` and for ``pytorch_lightning``/``lightning_fabric`` (:mod:`lightning_anyaccel.wiring.registration`).
 With the package's accelerator, ``strategy="auto"`` and Lightning's strategy names select the
-package's strategies (:mod:`lightning_anyaccel.policy`): ``Trainer(accelerator="xpu", devices=8)``
+package's strategies (:mod:`lightning_anyaccel.wiring.policy`): ``Trainer(accelerator="xpu", devices=8)``
 trains with ``any_ddp`` on 8 XPUs.
 
 Example:
@@ -40,16 +40,16 @@ from lightning_anyaccel.device.precision import PrecisionNotSupportedError  # no
 from lightning_anyaccel.device.profiling import profiler_activities, profiler_sort_key  # noqa: E402
 from lightning_anyaccel.device.runtime import DeviceNotAvailableError, detect_device_type  # noqa: E402
 from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision  # noqa: E402
-from lightning_anyaccel.policy import FrontEndMismatchError, StrategyNotSupportedError  # noqa: E402
 from lightning_anyaccel.strategies import DeepSpeedNotInstalledError, ShardingNotSupportedError  # noqa: E402
 from lightning_anyaccel.strategies.families import trainer_strategies  # noqa: E402
+from lightning_anyaccel.wiring.policy import FrontEndMismatchError, StrategyNotSupportedError  # noqa: E402
 
 globals().update(trainer_strategies())  # AnyDDPStrategy, ...: one per row of strategies.families.FAMILIES
 
 
 def register() -> None:
     """Register the package's names with every Lightning package (done at import; see :mod:`.registration`)."""
-    from lightning_anyaccel import registration
+    from lightning_anyaccel.wiring import registration
 
     registration.register()
 

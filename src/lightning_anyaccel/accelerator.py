@@ -5,7 +5,7 @@ the accelerator *class*, not the instance, so the device type has to live on the
 ``AnyAccelerator("xpu")`` therefore returns an instance of a small per-device subclass
 (``AnyAccelerator[xpu]``) made once by :meth:`AnyAccelerator.bound`; all behaviour lives here,
 in the base class, and reads the device table. Which strategy trains with it is decided by
-:mod:`lightning_anyaccel.policy`, for the Trainer and Fabric alike.
+:mod:`lightning_anyaccel.wiring.policy`, for the Trainer and Fabric alike.
 
 Example:
     >>> acc = AnyAccelerator("cpu")
@@ -57,7 +57,7 @@ class DeviceTypeError(LinkedError, MisconfigurationException, ValueError):
 
 
 class AnyAcceleratorMixin:
-    """Marks the package's accelerator, whatever Lightning package it is built for (see :mod:`lightning_anyaccel.policy`)."""
+    """Marks the package's accelerator, whatever Lightning package it is built for (see :mod:`lightning_anyaccel.wiring.policy`)."""
 
     #: The device type of this class; ``None`` only on the unbound class.
     device_type: ClassVar[str | None] = None
@@ -75,7 +75,7 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         DeviceNotAvailableError: when PyTorch sees no device of that type, with the install hint.
     """
 
-    #: How many devices ``accelerator="auto"`` found when it chose this instance (:mod:`lightning_anyaccel.auto`);
+    #: How many devices ``accelerator="auto"`` found when it chose this instance (:mod:`lightning_anyaccel.wiring.auto`);
     #: ``None`` for an accelerator the user named.
     found_by_auto: int | None = None
     #: The unbound class a per-device class was made from (what pickle rebuilds through).
@@ -193,7 +193,7 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
 
         Raises:
             DeviceTypeError: when a strategy hands over a device of another type (the policy in
-                :mod:`lightning_anyaccel.policy` refuses such strategies before they start).
+                :mod:`lightning_anyaccel.wiring.policy` refuses such strategies before they start).
         """
         assert self.device_type is not None
         if device.type != self.device_type:

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import lightning_fabric  # noqa: F401  (a clear ImportError when it is not installed)
 
-from lightning_anyaccel import registration
 from lightning_anyaccel._lightning import PYTORCH_LIGHTNING, port
 from lightning_anyaccel.accelerator import AnyAccelerator as _AnyAccelerator
+from lightning_anyaccel.wiring import registration
 
 registration.register_fabric(PYTORCH_LIGHTNING)
 
 AnyAccelerator = port(_AnyAccelerator, PYTORCH_LIGHTNING)
-#: The package's Fabric-side classes (:func:`~lightning_anyaccel.registration.fabric_classes`), ported.
+#: The package's Fabric-side classes (:func:`~lightning_anyaccel.wiring.registration.fabric_classes`), ported.
 globals().update({cls.__name__: port(cls, PYTORCH_LIGHTNING) for cls in registration.fabric_classes()})
 
 

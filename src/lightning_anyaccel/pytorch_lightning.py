@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import pytorch_lightning  # noqa: F401  (a clear ImportError when it is not installed)
 
-from lightning_anyaccel import registration
 from lightning_anyaccel._lightning import PYTORCH_LIGHTNING, port
+from lightning_anyaccel.wiring import registration
 
 registration.register_trainer(PYTORCH_LIGHTNING)
 
-#: The package's Trainer-side classes (:func:`~lightning_anyaccel.registration.trainer_classes`), ported.
+#: The package's Trainer-side classes (:func:`~lightning_anyaccel.wiring.registration.trainer_classes`), ported.
 globals().update({cls.__name__: port(cls, PYTORCH_LIGHTNING) for cls in registration.trainer_classes()})
 
 

@@ -1,7 +1,7 @@
 """Install :mod:`lean_imports` in every process started with this folder on ``PYTHONPATH``.
 
 Python imports only the first ``sitecustomize`` on ``sys.path``, so this one then runs the next one
-(e.g. the emulator's, ``src/lightning_anyaccel/emulator/autoload/``, or a site's own).
+(e.g. the emulator's, ``src/lightning_anyaccel/kit/emulator/autoload/``, or a site's own).
 """
 
 import importlib.machinery

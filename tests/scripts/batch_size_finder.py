@@ -2,7 +2,7 @@
 
 Run with the emulator loaded with a small capacity (docs/emulator.md):
 
-    LIGHTNING_ANYACCEL_EMULATE=acme:1:memory=96MiB PYTHONPATH=src/lightning_anyaccel/emulator/autoload:src \
+    LIGHTNING_ANYACCEL_EMULATE=acme:1:memory=96MiB PYTHONPATH=src/lightning_anyaccel/kit/emulator/autoload:src \
         python tests/scripts/batch_size_finder.py
 
 In power mode the finder doubles the batch size until a step runs out of device memory, then halves it
@@ -20,7 +20,7 @@ from torch import nn
 
 import lightning_anyaccel  # noqa: F401  (registers the package with both Lightning packages)
 from lightning_anyaccel.device import runtime
-from lightning_anyaccel.tools.demo import demo_data
+from lightning_anyaccel.kit.tools.demo import demo_data
 
 warnings.filterwarnings("ignore")
 #: The samples of the data set: more than the largest batch tried (the finder stops at the data set's size).

@@ -2,7 +2,7 @@
 
 Run with the emulator's option ``noavg`` (docs/emulator.md); the Trainer starts the second process:
 
-    LIGHTNING_ANYACCEL_EMULATE=acme:2:noavg PYTHONPATH=src/lightning_anyaccel/emulator/autoload:src \\
+    LIGHTNING_ANYACCEL_EMULATE=acme:2:noavg PYTHONPATH=src/lightning_anyaccel/kit/emulator/autoload:src \\
         python tests/scripts/collectives_run.py
 
 Each rank prints ``RESULT rank<r> <name>: <value>`` lines; tests/test_emulator.py asserts on them:

@@ -25,7 +25,7 @@ import script_common  # noqa: E402
 
 import lightning_anyaccel  # noqa: E402,F401  (registers the names)
 from lightning_anyaccel import AnyAccelerator  # noqa: E402
-from lightning_anyaccel.tools.demo import demo_data  # noqa: E402
+from lightning_anyaccel.kit.tools.demo import demo_data  # noqa: E402
 
 AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 

@@ -1,6 +1,6 @@
 """Training script for the fault-matrix tests: one strategy, one front end, one injected fault.
 
-Trains :class:`~lightning_anyaccel.tools.demo.DemoModel`'s network on CPU with the package's DDP, FSDP,
+Trains :class:`~lightning_anyaccel.kit.tools.demo.DemoModel`'s network on CPU with the package's DDP, FSDP,
 FSDP2 or DeepSpeed strategy through the Trainer or Fabric, and writes ``<out>/rank<N>.json``
 (rank, per-step losses, how it ended). Faults (``--fault``, by ``--fault-rank`` at step
 ``--fault-step``): ``kill`` (SIGKILL itself), ``stop`` (SIGSTOP itself), ``raise`` (an error in
@@ -39,8 +39,8 @@ import lightning_anyaccel  # noqa: F401  (registers names)
 from lightning_anyaccel.checkpoints import atomic_commit
 from lightning_anyaccel.checkpoints.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.checkpoints.preemption import PreemptionCheckpoint
+from lightning_anyaccel.kit.tools.demo import DemoModel, demo_data, demo_loader
 from lightning_anyaccel.strategies import atomic_save
-from lightning_anyaccel.tools.demo import DemoModel, demo_data, demo_loader
 
 
 def rank_of_process() -> int:

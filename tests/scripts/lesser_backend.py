@@ -3,7 +3,7 @@
 Run with the emulator loaded as ``acme`` (a name in no table and no code of the package) and the
 options ``noshallow,noautocast,nocollectives`` (docs/emulator.md):
 
-    LIGHTNING_ANYACCEL_EMULATE=acme:2:noshallow,noautocast,nocollectives PYTHONPATH=src/lightning_anyaccel/emulator/autoload:src \
+    LIGHTNING_ANYACCEL_EMULATE=acme:2:noshallow,noautocast,nocollectives PYTHONPATH=src/lightning_anyaccel/kit/emulator/autoload:src \
         python tests/scripts/lesser_backend.py
 
 Each section trains or is refused for real on the emulated device, and prints one ``RESULT name: value``
@@ -22,7 +22,7 @@ from script_common import refusal
 from torch import nn
 
 import lightning_anyaccel  # noqa: F401  (the only package line: no register_device, no DeviceSpec)
-from lightning_anyaccel import verify
+from lightning_anyaccel.kit import verify
 
 warnings.filterwarnings("ignore")
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)

@@ -1,6 +1,6 @@
 """Multi-node training script for the scale-out launch tests (and the launch scripts' example).
 
-Trains :class:`~lightning_anyaccel.tools.demo.DemoModel` with ``AnyDDPStrategy`` on CPU and writes
+Trains :class:`~lightning_anyaccel.kit.tools.demo.DemoModel` with ``AnyDDPStrategy`` on CPU and writes
 ``<out>/rank<N>.json`` (rank, world size, node rank, per-step losses, weights digest) and
 ``<out>/pid.<pid>`` files (so a test can prove no process outlived the job). With ``--stall-rank N``
 that rank hangs after writing its file while the others wait for it in a barrier: the stall watchdog
@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import Callback
 
 import lightning_anyaccel  # noqa: F401  (registers names)
 from lightning_anyaccel import AnyAccelerator, AnyDDPStrategy
-from lightning_anyaccel.tools.demo import DemoModel, demo_loader
+from lightning_anyaccel.kit.tools.demo import DemoModel, demo_loader
 
 
 class StepLog(Callback):

@@ -22,7 +22,7 @@ import script_common  # noqa: E402
 
 import lightning_anyaccel  # noqa: E402,F401  (registers names)
 from lightning_anyaccel import AnyAccelerator  # noqa: E402
-from lightning_anyaccel.tools.demo import DemoModel, demo_loader  # noqa: E402
+from lightning_anyaccel.kit.tools.demo import DemoModel, demo_loader  # noqa: E402
 
 
 class Report(Callback):

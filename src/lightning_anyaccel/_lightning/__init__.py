@@ -23,7 +23,7 @@ break with a new Lightning or torch release is in it, one module per kind (:mod:
   the package needs is one small function here (:func:`destroy_process_group`,
   :func:`ddp_kwargs`, :func:`multiprocessing_children`, ...), which the rest of the package calls;
 - :func:`install_connector_hooks` teaches Lightning's accelerator connectors (Trainer and Fabric)
-  to ask :mod:`lightning_anyaccel.policy` which strategy to use with the package's accelerator;
+  to ask :mod:`lightning_anyaccel.wiring.policy` which strategy to use with the package's accelerator;
 - :func:`install_device_info_hook` lets the policy report the device a Trainer uses (Lightning's
   own report knows CUDA, MPS and TPU only, and warns "GPU available but not used" while the
   package trains on that GPU);

@@ -1,5 +1,5 @@
 """Runtime patches of Lightning: the hooks the package installs in its accelerator connectors (Trainer
-and Fabric) and in the Trainer's device report: they ask :mod:`lightning_anyaccel.policy` which strategy the
+and Fabric) and in the Trainer's device report: they ask :mod:`lightning_anyaccel.wiring.policy` which strategy the
 package's accelerator gets, and let it report the device a Trainer uses.
 
 Part of the contract (:mod:`lightning_anyaccel._lightning`).
@@ -233,7 +233,7 @@ def record_constructor_arguments(cls: type, when: Callable[[], bool] = lambda: T
 
     For Lightning's strategy classes while the package is put to work for a program
     (``LIGHTNING_ANYACCEL_ACTIVATE=1``): the program's ``FSDPStrategy(...)`` is rebuilt as the
-    package's strategy with the same arguments (:mod:`lightning_anyaccel.policy`). Instances of
+    package's strategy with the same arguments (:mod:`lightning_anyaccel.wiring.policy`). Instances of
     subclasses record nothing: their own arguments are not the ones their base class receives.
     """
     if cls.__dict__.get(_HOOK_MARK, False):

@@ -90,7 +90,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
 
 _TRAINER_DDP = "lightning.pytorch.strategies.DDPStrategy"
 #: Lightning's spawn/fork launchers (the classes :data:`TrainerMultiProcessingLauncher` and
-#: :data:`FabricMultiProcessingLauncher`), by name: what :mod:`lightning_anyaccel.lightning_stubs` declares hooks of.
+#: :data:`FabricMultiProcessingLauncher`), by name: what :mod:`lightning_anyaccel._lightning.stubs` declares hooks of.
 TRAINER_MULTIPROCESSING_LAUNCHER = "lightning.pytorch.strategies.launchers.multiprocessing._MultiProcessingLauncher"
 FABRIC_MULTIPROCESSING_LAUNCHER = "lightning.fabric.strategies.launchers.multiprocessing._MultiProcessingLauncher"
 _FABRIC_DDP = "lightning.fabric.strategies.DDPStrategy"

@@ -8,5 +8,5 @@ precision (:mod:`.precision`, FSDP's in :mod:`.sharded_precision`), ``torch.comp
 (:mod:`.compilation`), synchronized BatchNorm (:mod:`.sync_batchnorm`) and what ``torch.profiler``
 records (:mod:`.profiling`). Nothing above this
 package branches on a device name. It may import the foundation only: ``_compat``,
-``troubleshooting``, ``lightning_stubs`` and the contract package ``_lightning``.
+``troubleshooting`` and the contract package ``_lightning`` (with its typing stubs).
 """

@@ -26,10 +26,10 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
+from lightning_anyaccel._lightning.stubs import FSDPPrecisionHooks
 from lightning_anyaccel.device.precision import check_precision
 from lightning_anyaccel.device.runtime import detect_device_type
 from lightning_anyaccel.device.spec import PRECISION_DTYPES
-from lightning_anyaccel.lightning_stubs import FSDPPrecisionHooks
 
 if TYPE_CHECKING:
     _Base = FSDPPrecisionHooks

@@ -32,7 +32,8 @@ globals().update({name: getattr(_strategies, name) for name in _strategies.__all
 
 def register() -> None:
     """Register the package's accelerator and strategy names in Fabric's registries (done at import)."""
-    from lightning_anyaccel import _lightning, registration
+    from lightning_anyaccel import _lightning
+    from lightning_anyaccel.wiring import registration
 
     registration.register_fabric(_lightning.LIGHTNING)
 

@@ -24,11 +24,11 @@ import torch
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
+from lightning_anyaccel._lightning.stubs import FabricStrategyHooks, TrainerStrategyHooks
 from lightning_anyaccel.checkpoints.checkpoint import AtomicCheckpointIO
 from lightning_anyaccel.cluster import fork_deadlock, watchdog
 from lightning_anyaccel.device.compilation import check_compiled
 from lightning_anyaccel.front_ends import FrontEnd, TrainerSide
-from lightning_anyaccel.lightning_stubs import FabricStrategyHooks, TrainerStrategyHooks
 from lightning_anyaccel.strategies.steps import Setup, run_setup
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ Registered names (after ``import lightning_anyaccel``): ``any_ddp`` (popen, scri
 ``any_ddp_spawn``, ``any_ddp_fork`` and ``any_ddp_notebook`` (fork, for Jupyter), each also with
 ``_find_unused_parameters_true``. With the package's accelerator, Lightning's names (``"ddp"``,
 ``"ddp_spawn"``, ...) and ``strategy="auto"`` with several devices select it too
-(:mod:`lightning_anyaccel.policy`).
+(:mod:`lightning_anyaccel.wiring.policy`).
 
 For multi-node jobs it also refuses inconsistent layouts before connecting, switches to
 :class:`~lightning_anyaccel.cluster.environments.AnyMPIEnvironment` under ``mpiexec``, names gloo's

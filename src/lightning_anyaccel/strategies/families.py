@@ -6,7 +6,7 @@ Trainer class, the Fabric class and the names it registers with each front end. 
 classes are published by :mod:`lightning_anyaccel.strategies` (and the package's root), Fabric's
 by :mod:`lightning_anyaccel.fabric.strategies` under their ``__name__`` (where pickle finds them),
 both again for ``pytorch_lightning`` by :mod:`lightning_anyaccel.pytorch_lightning` and
-:mod:`lightning_anyaccel.lightning_fabric`, and :mod:`lightning_anyaccel.registration` registers
+:mod:`lightning_anyaccel.lightning_fabric`, and :mod:`lightning_anyaccel.wiring.registration` registers
 each row's names with each front end: all from this table.
 
 Example:
@@ -19,9 +19,9 @@ Example:
     True
 
 Every other table of strategy names derives from it: :data:`EQUIVALENTS` (Lightning's registered names
-the package's replace, :mod:`lightning_anyaccel.policy`), :data:`CLASS_EQUIVALENTS` (Lightning's class ->
+the package's replace, :mod:`lightning_anyaccel.wiring.policy`), :data:`CLASS_EQUIVALENTS` (Lightning's class ->
 the family's name, for refusals), :data:`PROGRAM_STRATEGIES` (the classes rebuilt under
-``LIGHTNING_ANYACCEL_ACTIVATE=1``, :mod:`lightning_anyaccel.activation`) and :data:`START_METHODS`.
+``LIGHTNING_ANYACCEL_ACTIVATE=1``, :mod:`lightning_anyaccel.wiring.activation`) and :data:`START_METHODS`.
 
     >>> EQUIVALENTS["ddp_find_unused_parameters_false"], CLASS_EQUIVALENTS["FSDPStrategy"], START_METHODS["any_ddp"]
     ('any_ddp', 'any_fsdp', 'popen')

@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
+from lightning_anyaccel._lightning.stubs import DistributedHooks
 from lightning_anyaccel.accelerator import DeviceCountError, process_devices
 from lightning_anyaccel.cluster import rendezvous, supervision, watchdog
 from lightning_anyaccel.cluster.environments import (
@@ -37,7 +38,6 @@ from lightning_anyaccel.cluster.environments import (
 )
 from lightning_anyaccel.device.distributed import reduce_mean_as_sum, resolve_backend
 from lightning_anyaccel.device.sync_batchnorm import DeviceLayerSync
-from lightning_anyaccel.lightning_stubs import DistributedHooks
 from lightning_anyaccel.strategies.base import AnyStrategyMixin
 from lightning_anyaccel.strategies.process_launchers import launcher_class
 

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import override
 
 from lightning_anyaccel import _lightning
+from lightning_anyaccel._lightning.stubs import MultiProcessingLauncherHooks
 from lightning_anyaccel.cluster import supervision
 from lightning_anyaccel.device.devices import is_host
 from lightning_anyaccel.device.distributed import check_fork_safe
 from lightning_anyaccel.front_ends import FabricSide, FrontEnd
-from lightning_anyaccel.lightning_stubs import MultiProcessingLauncherHooks
 from lightning_anyaccel.strategies.base import fabric_class
 
 if TYPE_CHECKING:

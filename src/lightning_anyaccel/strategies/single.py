@@ -32,12 +32,12 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from typing_extensions import override
 
+from lightning_anyaccel._lightning.stubs import SingleDeviceHooks
 from lightning_anyaccel.accelerator import process_devices
 from lightning_anyaccel.cluster import watchdog
 from lightning_anyaccel.cluster.environments import external_process_count, process_count_error
 from lightning_anyaccel.device.devices import device_of
 from lightning_anyaccel.front_ends import FabricSide
-from lightning_anyaccel.lightning_stubs import SingleDeviceHooks
 from lightning_anyaccel.strategies.base import AnyStrategyMixin, FabricProgressMixin, Registered, fabric_class
 from lightning_anyaccel.strategies.parameter_moves import FabricParameterMovesMixin, TrainerParameterMovesMixin
 from lightning_anyaccel.strategies.steps import (
