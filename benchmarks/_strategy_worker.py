@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> None:
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     if "deepspeed" in families:
         from lightning_anyaccel.device import runtime
-        from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_support
+        from lightning_anyaccel.strategies.support import deepspeed_support
 
         name = runtime.detect_device_type()
         if deepspeed_support(name, probe=False).supported:

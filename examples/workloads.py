@@ -332,7 +332,7 @@ def gpt2_fsdp2(device: str, out: Path) -> dict[str, Any]:
 
 
 def gpt2_deepspeed(device: str, out: Path) -> dict[str, Any]:
-    from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_support
+    from lightning_anyaccel.strategies.support import deepspeed_support
 
     support = deepspeed_support(device)
     if not support.supported:

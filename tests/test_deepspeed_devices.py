@@ -28,7 +28,7 @@ def test_the_rule_is_deepspeeds_own_list():
     from deepspeed.accelerator.real_accelerator import SUPPORTED_ACCELERATOR_LIST
 
     from lightning_anyaccel.device.devices import DEVICE_TABLE
-    from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_support
+    from lightning_anyaccel.strategies.support import deepspeed_support
 
     for device_type, spec in DEVICE_TABLE.items():
         support = deepspeed_support(device_type, probe=False)

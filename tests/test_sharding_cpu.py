@@ -181,7 +181,7 @@ def test_fsdp2_builds_its_mesh_on_the_device(job, front_end):
 def deepspeed_runs_on(device_type: str) -> bool:
     """Whether DeepSpeed trains on ``device_type`` here: the package's rule (DeepSpeed's own accelerator list
     and probe), which refuses the device up front otherwise."""
-    from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_support
+    from lightning_anyaccel.strategies.support import deepspeed_support
 
     return HAS_DEEPSPEED and deepspeed_support(device_type).supported
 

@@ -2,7 +2,7 @@
 
 DeepSpeed has its own accelerator layer (``deepspeed.accelerator``) with back ends for some device
 types (cpu, cuda, xpu, hpu, npu, sdaa, mlu, ...); where it runs is DeepSpeed's own list and probe
-(:func:`~lightning_anyaccel.strategies.deepspeed_checks.deepspeed_support`).
+(:func:`~lightning_anyaccel.strategies.support.deepspeed_support`).
 Lightning's ``DeepSpeedStrategy`` runs only with its ``CUDAAccelerator``; :class:`AnyDeepSpeedMixin`
 
 - replaces the CUDA check with the device table, and points DeepSpeed at the strategy's device
@@ -62,7 +62,6 @@ from lightning_anyaccel.strategies.deepspeed_checks import (
     check_active_deepspeed_accelerator,
     check_deepspeed_support,
     check_inference_support,
-    deepspeed_support,
     inference_config_keys,
     select_deepspeed_accelerator,
 )
@@ -78,6 +77,7 @@ from lightning_anyaccel.strategies.steps import (
     launch_checks,
     lightning_setup_within_deadline,
 )
+from lightning_anyaccel.strategies.support import deepspeed_support
 
 #: Registered DeepSpeed name -> arguments (the same names for the Trainer and for Fabric).
 DEEPSPEED_NAMES: dict[str, dict[str, Any]] = {

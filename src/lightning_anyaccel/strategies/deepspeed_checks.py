@@ -1,7 +1,7 @@
 """The DeepSpeed family's own setup steps: what DeepSpeed needs chosen and checked on the device type.
 
 Whether DeepSpeed trains on a device type is one rule,
-:func:`~lightning_anyaccel.strategies.support.deepspeed_support` (re-exported here), which the
+:func:`~lightning_anyaccel.strategies.support.deepspeed_support`, which the
 strategies, the tools and the documentation ask: DeepSpeed's own accelerator list
 (``SUPPORTED_ACCELERATOR_LIST``) and its own probe (the vendor package its accelerator imports).
 DeepSpeed picks its accelerator once per process (``DS_ACCELERATOR``, else its own guess) and
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
 from lightning_anyaccel.strategies.steps import ShardedTarget
-from lightning_anyaccel.strategies.support import DeepSpeedSupport, deepspeed_accelerators, deepspeed_support
+from lightning_anyaccel.strategies.support import deepspeed_support
 
 #: The ``DS_ACCELERATOR`` values the package set in this process (a user's own value is never in it).
 _DS_ACCELERATOR_SET: set[str] = set()
@@ -128,6 +128,5 @@ def check_inference_support(strategy: DeepSpeedTrainerTarget) -> None:
         )
 
 
-__all__ = ["DeepSpeedSupport", "DeepSpeedTarget", "DeepSpeedTrainerTarget", "check_active_deepspeed_accelerator",
-           "check_deepspeed_support", "check_inference_support", "deepspeed_accelerators", "deepspeed_support",
-           "inference_config_keys", "select_deepspeed_accelerator"]
+__all__ = ["DeepSpeedTarget", "DeepSpeedTrainerTarget", "check_active_deepspeed_accelerator", "check_deepspeed_support",
+           "check_inference_support", "inference_config_keys", "select_deepspeed_accelerator"]

@@ -1,10 +1,10 @@
 """Which strategy family the package refuses on which device type, and why: one decision for the code and the pages.
 
 The strategies refuse before any process starts (``check_collectives`` of every multi-process
-family, the DeepSpeed family's ``deepspeed_accelerator``); the documentation's device pages, its
+family, the DeepSpeed family's ``check_deepspeed_support``); the documentation's device pages, its
 support grid and its migration page ask :func:`refusal` for the same decision, so that a page can
-not offer what the code refuses. The decisions read the device table (a collective backend, the
-DeepSpeed's own accelerator list: :func:`deepspeed_support`).
+not offer what the code refuses. The decisions read the device table (a collective backend) and
+DeepSpeed's own accelerator list and probe (:func:`deepspeed_support`).
 
 Example:
     >>> from lightning_anyaccel.device.devices import DEVICE_TABLE

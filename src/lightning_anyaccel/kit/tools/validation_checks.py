@@ -100,7 +100,7 @@ def skip_reason(check: KitCheck, device_type: str, count: int) -> str | None:
     if (check.multi_process or check.name == "collective") and not spec.backend:
         return f"{device_type} has no collective backend: one device only"
     if check.name == "deepspeed":
-        from lightning_anyaccel.strategies.deepspeed_checks import deepspeed_support
+        from lightning_anyaccel.strategies.support import deepspeed_support
 
         support = deepspeed_support(device_type)
         if not support.supported:
