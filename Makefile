@@ -68,7 +68,9 @@ DEVICE_TEST_WORKERS ?= 2
 # Which test runs on which device level, and why, is data: the passes of tests/device_passes.toml, each
 # run as `pytest --device-pass=NAME` (its device, marker, files, workloads and what it leaves out; the
 # seeds' own device types xpu and hpu are emulated on torch's XPU/HPU dispatch keys by the same build,
-# docs/emulator.md). `pytest --device-pass=xpu --collect-only -q` lists a pass.
+# docs/emulator.md). `pytest --device-pass=xpu --collect-only -q` lists a pass. Each code path runs once:
+# what would run it a second time is a repeat, left out unless ANYACCEL_RUN_REPEATS=1
+# (`ANYACCEL_RUN_REPEATS=1 make test`; docs/contributing.md, "Repeats").
 
 # Each run writes its validation record (lightning_anyaccel/kit/tools/records.py) into RECORDS as <type>-<level>.toml:
 # `make test` into _build/records (CI's evidence, not committed); `make records` into docs/records, the

@@ -172,6 +172,8 @@ def pytest_report_header(config: pytest.Config) -> str:
     if config.getoption("--device-pass"):
         header += (f"\ndevice pass: {config.getoption('--device-pass')} (tests/device_passes.toml),"
                    f" WORKLOAD_CONFIGS={os.environ.get('WORKLOAD_CONFIGS')}")
+        if os.environ.get("ANYACCEL_RUN_REPEATS") == "1":
+            header += ", with the repeats make test leaves out (ANYACCEL_RUN_REPEATS=1)"
     return header
 
 

@@ -4,13 +4,17 @@ The Makefile names a pass; the pass (tests/device_passes.toml) says the device, 
 workloads and what it leaves out, each rule with its reason. :func:`apply` turns it into pytest's own
 options before collection (``--device``, ``-m``, ``-k``, ``--deselect``), so the selection is pytest's:
 ``pytest --device-pass=xpu --collect-only -q`` lists it. Documented in docs/contributing.md.
+
+A rule marked ``repeat = true`` leaves out tests whose code path another test of ``make test`` runs, and a
+pass's ``repeat_workloads`` are workloads another pass trains: with ``ANYACCEL_RUN_REPEATS=1`` in the
+environment the pass runs those too (docs/contributing.md, "Repeats").
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,13 @@ else:  # pragma: no cover - Python 3.10 environments (tomli is a pytest dependen
 
 TABLE = Path(__file__).resolve().parent / "device_passes.toml"
 ROOT = TABLE.parents[1]
+#: ``ANYACCEL_RUN_REPEATS=1``: run the repeats ``make test`` leaves out (rules marked ``repeat``, ``repeat_workloads``).
+REPEATS = "ANYACCEL_RUN_REPEATS"
+
+
+def run_repeats() -> bool:
+    """Whether this run also runs the repeats (``ANYACCEL_RUN_REPEATS=1``)."""
+    return os.environ.get(REPEATS) == "1"
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,8 @@ class LeaveOut:
     why: str
     keyword: str | None = None
     tests: tuple[str, ...] = ()
+    #: the tests repeat a code path another test of ``make test`` runs (``why`` names it): run with ANYACCEL_RUN_REPEATS=1
+    repeat: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,14 @@ class DevicePass:
     files: tuple[str, ...] = ()
     workloads: tuple[str, ...] | None = None
     leave_out: tuple[LeaveOut, ...] = field(default=())
+    #: workloads another pass trains, trained here too with ANYACCEL_RUN_REPEATS=1
+    repeat_workloads: tuple[str, ...] = ()
+
+    def with_repeats(self) -> DevicePass:
+        """This pass as ``ANYACCEL_RUN_REPEATS=1`` runs it: without its ``repeat`` rules, with its repeated workloads."""
+        workloads = None if self.workloads is None else (*self.workloads, *self.repeat_workloads)
+        return replace(self, workloads=workloads, repeat_workloads=(),
+                       leave_out=tuple(rule for rule in self.leave_out if not rule.repeat))
 
     @property
     def keyword(self) -> str | None:
@@ -68,7 +89,8 @@ def load(path: Path = TABLE) -> dict[str, DevicePass]:
     for name, rule in table.get("leave_out", {}).items():
         if ("keyword" in rule) == ("tests" in rule) or not rule.get("why"):
             raise pytest.UsageError(f"{path}: [leave_out.{name}] needs `why` and either `keyword` or `tests`")
-        rules[name] = LeaveOut(name, rule["why"], rule.get("keyword"), tuple(rule.get("tests", ())))
+        rules[name] = LeaveOut(name, rule["why"], rule.get("keyword"), tuple(rule.get("tests", ())),
+                               bool(rule.get("repeat", False)))
     passes = {}
     for name, entry in table["pass"].items():
         unknown = [r for r in entry.get("leave_out", []) if r not in rules]
@@ -77,7 +99,8 @@ def load(path: Path = TABLE) -> dict[str, DevicePass]:
         workloads = entry.get("workloads")
         passes[name] = DevicePass(name, entry["why"], entry.get("device"), entry.get("marker"), tuple(entry.get("files", ())),
                                   None if workloads is None else tuple(workloads),
-                                  tuple(rules[r] for r in entry.get("leave_out", [])))
+                                  tuple(rules[r] for r in entry.get("leave_out", [])),
+                                  tuple(entry.get("repeat_workloads", ())))
     return passes
 
 
@@ -100,7 +123,7 @@ def apply(config: pytest.Config, name: str) -> DevicePass:
     passes = load()
     if name not in passes:
         raise pytest.UsageError(f"--device-pass={name}: not a pass of {TABLE.relative_to(ROOT)} ({', '.join(passes)})")
-    chosen = passes[name]
+    chosen = passes[name].with_repeats() if run_repeats() else passes[name]
     if chosen.device and not _given(config, "--device"):
         config.option.device = chosen.device
     elif not chosen.device and not _given(config, "--device"):

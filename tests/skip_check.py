@@ -7,7 +7,9 @@ with which message (``message``: a part of the skip's reason, or a list of such 
 (``devices``: patterns of the ``--device`` value, every pass when absent), and why that is right
 (``why``). An entry with ``outside_ci = true`` names something CI installs (Chromium, SLURM, root):
 outside CI (neither ``ANYACCEL_CI``, which ``.ci/run`` sets, nor the usual ``CI`` set) the skip is
-accepted, in CI it fails the run like any other.
+accepted, in CI it fails the run like any other. An entry with ``opt_in = "VAR"`` is a run CI leaves out that
+``VAR=1`` turns on (``ANYACCEL_RUN_REPEATS``, ``ANYACCEL_FAULT_MATRIX_FULL``): while ``VAR=1`` is set the
+entry does not apply, so the test must run.
 
 At the end of the session (in the controlling process under pytest-xdist, which receives every
 worker's reports) the run fails, listing them, when a skip matched no entry, or when an entry that
@@ -41,8 +43,12 @@ class ExpectedSkip:
     why: str
     devices: tuple[str, ...] = ("*",)
     outside_ci: bool = False
+    #: the environment variable that runs what this entry skips (``VAR=1``): the entry does not apply then
+    opt_in: str | None = None
 
     def applies_to(self, device: str) -> bool:
+        if self.opt_in is not None and os.environ.get(self.opt_in) == "1":
+            return False
         return any(_matches(pattern, device) for pattern in self.devices)
 
     def covers(self, nodeid: str) -> bool:
@@ -69,7 +75,7 @@ def load(path: Path) -> list[ExpectedSkip]:
     """The entries of ``path``; a malformed entry is a usage error naming it."""
     entries = []
     for number, raw in enumerate(tomllib.loads(path.read_text())["skip"], start=1):
-        unknown = set(raw) - {"tests", "message", "why", "devices", "outside_ci"}
+        unknown = set(raw) - {"tests", "message", "why", "devices", "outside_ci", "opt_in"}
         missing = {"tests", "message", "why"} - set(raw)
         if unknown or missing or not raw.get("why", "").strip():
             raise pytest.UsageError(f"{path}, entry {number}: needs tests, message and a why"
@@ -78,7 +84,7 @@ def load(path: Path) -> list[ExpectedSkip]:
         entries.append(ExpectedSkip(tests=tuple(raw["tests"]), why=raw["why"],
                                     messages=(message,) if isinstance(message, str) else tuple(message),
                                     devices=tuple(raw.get("devices", ["*"])),
-                                    outside_ci=bool(raw.get("outside_ci", False))))
+                                    outside_ci=bool(raw.get("outside_ci", False)), opt_in=raw.get("opt_in")))
     return entries
 
 

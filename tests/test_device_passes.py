@@ -58,3 +58,20 @@ def test_the_seed_devices_leave_out_the_launcher_tests_by_keyword() -> None:
     xpu = device_passes.load()["xpu"]
     assert xpu.keyword is not None and xpu.keyword.startswith("not (spawn or ddp_fork) and not (notebook)")
     assert xpu.deselected == ["tests/test_trainer_cpu.py::test_checkpoint_from_two_processes_resumes_on_one[trainer]"]
+
+
+def test_the_repeats_run_with_anyaccel_run_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule marked ``repeat`` says which other test runs the code path (its why); ``ANYACCEL_RUN_REPEATS=1``
+    drops those rules and adds the pass's ``repeat_workloads``, the rest of the pass unchanged."""
+    passes = device_passes.load()
+    repeats = [rule for p in passes.values() for rule in p.leave_out if rule.repeat]
+    assert repeats and all("runs" in rule.why for rule in repeats)
+    cpu = passes["cpu"]
+    assert cpu.workloads == ("gpt2_single",) and cpu.repeat_workloads == ("gpt2_deepspeed",)
+    full = cpu.with_repeats()
+    assert full.workloads == ("gpt2_single", "gpt2_deepspeed") and not [r for r in full.leave_out if r.repeat]
+    assert [r for r in full.leave_out if not r.repeat] == [r for r in cpu.leave_out if not r.repeat]
+    monkeypatch.setenv(device_passes.REPEATS, "1")
+    assert device_passes.run_repeats()
+    monkeypatch.setenv(device_passes.REPEATS, "0")
+    assert not device_passes.run_repeats()

@@ -930,36 +930,53 @@ def test_the_api_page_documents_what_a_user_calls(site):
     assert lightning_overrides(made_up) == ["lightning_anyaccel.AnyAccelerator.setup"]
 
 
-@pytest.mark.timeout(NBMAKE_TIMEOUT_S + 120)
-def test_downloaded_notebooks_run_in_a_fresh_directory(site, browser, tmp_path):
-    """Every notebook as its page offers it (the download link) is the repository's notebook (the same
-    code cells), and the Colab link opens that notebook of the repository. The first one, saved into an
-    empty directory outside the repository, runs there with ``pytest --nbmake`` as a user tests it: it
-    installs what is missing and writes what it imports itself. Every notebook already ran from an empty
-    directory in JupyterLab (tests/test_lab.py), so running them all again here would test nothing new."""
-    import json
-    import signal
+def _download(site: str, browser, name: str) -> tuple[bytes, str]:
+    """Notebook ``name`` as its page's download link gives it, and the page's Colab link."""
     import urllib.request
 
+    visit = PageVisit(browser, urljoin(site, f"notebooks/{name}.html"))
+    try:
+        href = visit.page.locator(".anyaccel-notebook-links a[download]").first.get_attribute("href")
+        colab = visit.page.locator(".anyaccel-notebook-links a[href*='colab.research.google.com']")
+        colab_href = colab.first.get_attribute("href") or ""
+    finally:
+        visit.close()
+    with urllib.request.urlopen(urljoin(site, f"notebooks/{href}"), timeout=30) as response:
+        return response.read(), colab_href
+
+
+def test_downloaded_notebooks_are_the_repositorys(site, browser):
+    """Every notebook as its page offers it (the download link) is the repository's notebook: the same code
+    cells and kernel, so what ran in JupyterLab from an empty directory (tests/test_lab.py, every notebook) is
+    what a user downloads; and the Colab link opens that notebook of the repository."""
+    import json
+
+    for name in NOTEBOOK_PAGES:
+        downloaded, colab_href = _download(site, browser, name)
+        source = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+        notebook = json.loads(downloaded)
+        cells = [c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+                 for c in notebook["cells"] if c["cell_type"] == "code"]
+        assert cells == ["".join(c["source"]) for c in source["cells"] if c["cell_type"] == "code"], name
+        assert notebook["metadata"].get("kernelspec") == source["metadata"].get("kernelspec"), name
+        assert colab_href.endswith(f"/blob/main/notebooks/{name}.ipynb"), colab_href
+
+
+@pytest.mark.timeout(NBMAKE_TIMEOUT_S + 120)
+def test_a_downloaded_notebook_runs_in_a_fresh_directory(site, browser, tmp_path):
+    """The first notebook, downloaded from its page into an empty directory outside the repository, runs
+    there with ``pytest --nbmake`` as a user tests it: it installs what is missing and writes what it imports.
+    A repeat: the download is the repository's notebook (test_downloaded_notebooks_are_the_repositorys),
+    which tests/test_lab.py runs from an empty directory, and nbmake runs a repository notebook from an empty
+    folder in tests/test_notebook_on_device.py; ``ANYACCEL_RUN_REPEATS=1`` runs it."""
+    import signal
+
+    if os.environ.get("ANYACCEL_RUN_REPEATS") != "1":
+        pytest.skip("repeats tests/test_lab.py's run of the same cells and tests/test_notebook_on_device.py's nbmake"
+                    " run; ANYACCEL_RUN_REPEATS=1 runs it")
     fresh = tmp_path / "downloads"
     fresh.mkdir()
-    for name in NOTEBOOK_PAGES:
-        visit = PageVisit(browser, urljoin(site, f"notebooks/{name}.html"))
-        try:
-            links = visit.page.locator(".anyaccel-notebook-links a[download]")
-            href = links.first.get_attribute("href")
-            colab = visit.page.locator(".anyaccel-notebook-links a[href*='colab.research.google.com']")
-            colab_href = colab.first.get_attribute("href") or ""
-        finally:
-            visit.close()
-        with urllib.request.urlopen(urljoin(site, f"notebooks/{href}"), timeout=30) as response:
-            downloaded = response.read()
-        (fresh / f"{name}.ipynb").write_bytes(downloaded)
-        source = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
-        cells = [c["source"] if isinstance(c["source"], str) else "".join(c["source"])
-                 for c in json.loads(downloaded)["cells"] if c["cell_type"] == "code"]
-        assert cells == ["".join(c["source"]) for c in source["cells"] if c["cell_type"] == "code"], name
-        assert colab_href.endswith(f"/blob/main/notebooks/{name}.ipynb"), colab_href
+    (fresh / f"{NBMAKE_NOTEBOOK}.ipynb").write_bytes(_download(site, browser, NBMAKE_NOTEBOOK)[0])
     (fresh / "pytest.ini").write_text("[pytest]\n")  # not the repository's configuration
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "--nbmake",
            "-c", str(fresh / "pytest.ini"), f"{NBMAKE_NOTEBOOK}.ipynb"]
@@ -970,7 +987,7 @@ def test_downloaded_notebooks_run_in_a_fresh_directory(site, browser, tmp_path):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        pytest.fail(f"the downloaded notebooks did not finish in {NBMAKE_TIMEOUT_S}s:\n{out[-4000:]}")
+        pytest.fail(f"the downloaded notebook did not finish in {NBMAKE_TIMEOUT_S}s:\n{out[-4000:]}")
     assert proc.returncode == 0, out[-6000:]
     assert "1 passed" in out, out[-2000:]
 

@@ -100,3 +100,14 @@ def test_outside_ci_entries_fail_in_ci_and_a_clean_run_passes(folder: Path) -> N
 def test_the_projects_list_gives_every_entry_a_why() -> None:
     entries = load(TESTS / "expected_skips.toml")
     assert entries and all(entry.why.strip() and entry.tests and all(entry.messages) for entry in entries)
+
+
+def test_an_opt_in_entry_does_not_apply_while_its_variable_runs_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``opt_in = "VAR"``: the skip is expected until ``VAR=1`` asks for the run, which then must not skip."""
+    from skip_check import ExpectedSkip
+
+    entry = ExpectedSkip(tests=("t.py::test_x",), messages=("VAR=1 runs it",), why="a repeat", opt_in="VAR")
+    monkeypatch.delenv("VAR", raising=False)
+    assert entry.expects("t.py::test_x", "a repeat; VAR=1 runs it", "cpu", in_ci=True)
+    monkeypatch.setenv("VAR", "1")
+    assert not entry.applies_to("cpu") and not entry.expects("t.py::test_x", "VAR=1 runs it", "cpu", in_ci=True)
