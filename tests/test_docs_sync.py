@@ -356,11 +356,11 @@ def test_every_name_a_page_shows_exists():
 
 def test_pages_follow_the_codes_refusals():
     """Each device page's comparison row about a strategy, each grid mark of a strategy and the migration page's
-    support sentences come from the code's decision (lightning_anyaccel.strategies.support.refusal)."""
+    support sentences come from the code's decision (lightning_anyaccel.strategies.families.refusal)."""
     import anyaccel_docs
     import device_pages
 
-    from lightning_anyaccel.strategies.support import FEATURE_FAMILIES, refusal
+    from lightning_anyaccel.strategies.families import FEATURE_FAMILIES, refusal
 
     pages = device_pages.load_pages(ROOT)
     strategy_words = re.compile(r"\b(DDP|FSDP2?|DeepSpeed)\b")

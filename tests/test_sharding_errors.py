@@ -29,9 +29,9 @@ from lightning_anyaccel import fabric as anyaccel_fabric
 from lightning_anyaccel._lightning import accessors as lightning_accessors
 from lightning_anyaccel.device.devices import DEVICE_TABLE
 from lightning_anyaccel.strategies.deepspeed import AnyDeepSpeedMixin
+from lightning_anyaccel.strategies.families import refusal
 from lightning_anyaccel.strategies.fsdp import AnyFSDPMixin
 from lightning_anyaccel.strategies.model_parallel import AnyModelParallelMixin
-from lightning_anyaccel.strategies.support import refusal
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(
