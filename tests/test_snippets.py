@@ -58,7 +58,6 @@ def shown_record_lines(block: str, record: str) -> list[str]:
 def test_toml_blocks_parse():
     """The TOML shown on the hardware page parses, and the validation record it shows is a committed record,
     shortened: each of its lines is a line of the record the sentence before it names (no made-up values)."""
-    import re
     import tomllib
 
     page = ROOT / "docs" / "validate_hardware.md"
