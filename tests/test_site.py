@@ -660,7 +660,7 @@ def test_shell_blocks_on_users_pages_run_as_written(site):
 # ---- looked at in a real browser: 1400 px and 400 px --------------------------------------------
 
 #: words broken inside themselves (a run of letters laid out on two lines), tables wider than their
-#: box without a scroll container, and sideways scrolling of the page
+#: box without a scroll container, empty inline code boxes, and sideways scrolling of the page
 LAYOUT_JS = r"""() => {
     const problems = [];
     const width = document.documentElement.clientWidth;
@@ -676,6 +676,10 @@ LAYOUT_JS = r"""() => {
         if (table.getBoundingClientRect().width > box.getBoundingClientRect().width + 1 && !scrolls)
             problems.push('table wider than its box without a scrollbar: ' + table.textContent.trim().slice(0, 40));
     }
+    // an inline code box without text (what is left of one when a script moves its text elsewhere)
+    for (const code of article.querySelectorAll('code'))
+        if (!code.closest('pre') && code.textContent === '' && !code.querySelector('img, svg'))
+            { problems.push('empty code box before: ' + (code.nextSibling ? code.nextSibling.textContent.slice(0, 30) : '')); break; }
     // inline code in running text and API signatures may break between characters (an identifier is not a
     // word); code blocks wrap
     const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT, {acceptNode: n =>
