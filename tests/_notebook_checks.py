@@ -3,6 +3,8 @@
 - :func:`unstated_numbers`: a number in the prose of an *executed* notebook must be one its code sets or
   asserts, or one its outputs show; anything else is a number a person typed and no run checks.
 - :func:`lint`: ruff (pyproject's rules) on a notebook, or on a module a notebook writes.
+- :func:`code_in_emphasis`: inline code inside bold or italics, which the site shows with its backticks (nbsphinx
+  converts a notebook's Markdown to reStructuredText, where inline markup does not nest);
 - :func:`chain_problems`: each notebook but the last ends with ``Next: [<the next one's title>](<its file>).``,
   so the notebooks read as one path, 01 to the last.
 """
@@ -64,6 +66,19 @@ def unstated_numbers(notebook: dict[str, Any]) -> list[str]:
                 line = prose[prose.rfind("\n", 0, match.start()) + 1:end if end >= 0 else None]
                 missing.append(f"{match.group()} in: {line.strip()}")
     return missing
+
+
+#: bold or italics (``**...**``, ``*...*``) on one line holding inline code
+CODE_IN_EMPHASIS = re.compile(r"\*\*[^*\n]*`[^*\n]*\*\*|(?<![*\w])\*[^*\s][^*\n]*`[^*\n]*\*(?![*\w])")
+
+
+def code_in_emphasis(notebook: dict[str, Any]) -> list[str]:
+    """The bold or italic spans of ``notebook``'s Markdown that hold inline code (the site shows their backticks)."""
+    found = []
+    for text in _markdown(notebook):
+        text = re.sub(r"```.*?```", " ", text, flags=re.S)
+        found += [m.group(0) for m in CODE_IN_EMPHASIS.finditer(text)]
+    return found
 
 
 #: the link to the next notebook that ends a notebook's last markdown cell
