@@ -3,6 +3,10 @@
 - :func:`unstated_numbers`: a number in the prose of an *executed* notebook must be one its code sets or
   asserts, or one its outputs show; anything else is a number a person typed and no run checks.
 - :func:`lint`: ruff (pyproject's rules) on a notebook, or on a module a notebook writes.
+- :func:`code_in_emphasis`: inline code inside bold or italics, which the site shows with its backticks (nbsphinx
+  converts a notebook's Markdown to reStructuredText, where inline markup does not nest);
+- :func:`chain_problems`: each notebook but the last ends with ``Next: [<the next one's title>](<its file>).``,
+  so the notebooks read as one path, 01 to the last.
 """
 
 from __future__ import annotations
@@ -62,6 +66,48 @@ def unstated_numbers(notebook: dict[str, Any]) -> list[str]:
                 line = prose[prose.rfind("\n", 0, match.start()) + 1:end if end >= 0 else None]
                 missing.append(f"{match.group()} in: {line.strip()}")
     return missing
+
+
+#: bold or italics (``**...**``, ``*...*``) on one line holding inline code
+CODE_IN_EMPHASIS = re.compile(r"\*\*[^*\n]*`[^*\n]*\*\*|(?<![*\w])\*[^*\s][^*\n]*`[^*\n]*\*(?![*\w])")
+
+
+def code_in_emphasis(notebook: dict[str, Any]) -> list[str]:
+    """The bold or italic spans of ``notebook``'s Markdown that hold inline code (the site shows their backticks)."""
+    found = []
+    for text in _markdown(notebook):
+        text = re.sub(r"```.*?```", " ", text, flags=re.S)
+        found += [m.group(0) for m in CODE_IN_EMPHASIS.finditer(text)]
+    return found
+
+
+#: the link to the next notebook that ends a notebook's last markdown cell
+NEXT_LINK = re.compile(r"^Next: \[([^\]]+)\]\(([^)]+)\)\.?$", re.M)
+
+
+def _markdown(notebook: dict[str, Any]) -> list[str]:
+    return ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown"]
+
+
+def chain_problems(notebooks: dict[str, dict[str, Any]]) -> list[str]:
+    """What breaks the chain of ``notebooks`` (file name -> notebook, in their order): each one's last markdown
+    cell ends with ``Next:`` linking the following notebook by its title (its first heading, ``# 2. Train on a
+    single card``), and no other ``Next:`` link stands anywhere; the last notebook has none."""
+    names = list(notebooks)
+    problems = []
+    for i, name in enumerate(names):
+        cells = _markdown(notebooks[name])
+        links = [(n, m) for n, text in enumerate(cells) for m in NEXT_LINK.finditer(text)]
+        if i == len(names) - 1:
+            problems += [f"{name}: the last notebook links a next one ({m.group(2)})" for _, m in links]
+            continue
+        following = names[i + 1]
+        title = _markdown(notebooks[following])[0].splitlines()[0].removeprefix("# ").strip()
+        wanted = f"Next: [{title}]({following})."
+        if len(links) != 1 or links[0][0] != len(cells) - 1 or not cells[-1].rstrip().endswith(wanted):
+            found = [m.group(0) for _, m in links] or "none"
+            problems.append(f"{name}: its last markdown cell must end with {wanted!r} (found: {found})")
+    return problems
 
 
 def lint(path: str, source: str | None = None, cwd: Path | None = None, select: str | None = None) -> str:

@@ -231,13 +231,14 @@ def _page_text(path: Path) -> str:
 
 def _shown_texts() -> dict[str, str]:
     """Every page users read, by name: the sources above and the generated device pages (support tokens filled)."""
-    import anyaccel_docs
+    import device_front
     import device_pages
+    import records_text
 
-    validation = anyaccel_docs.load_validation(ROOT).get("devices", {})
+    validation = records_text.load_validation(ROOT).get("devices", {})
     texts = {path.relative_to(ROOT).as_posix(): device_pages.substitute_support(_page_text(path), validation)
              for path in SHOWN}
-    texts.update({f"docs/devices/{t}.md": text for t, text in anyaccel_docs.render_device_pages(ROOT).items()})
+    texts.update({f"docs/devices/{t}.md": text for t, text in device_front.render_device_pages(ROOT).items()})
     return texts
 
 
@@ -356,11 +357,11 @@ def test_every_name_a_page_shows_exists():
 
 def test_pages_follow_the_codes_refusals():
     """Each device page's comparison row about a strategy, each grid mark of a strategy and the migration page's
-    support sentences come from the code's decision (lightning_anyaccel.strategies.support.refusal)."""
-    import anyaccel_docs
+    support sentences come from the code's decision (lightning_anyaccel.strategies.families.refusal)."""
+    import device_front
     import device_pages
 
-    from lightning_anyaccel.strategies.support import FEATURE_FAMILIES, refusal
+    from lightning_anyaccel.strategies.families import FEATURE_FAMILIES, refusal
 
     pages = device_pages.load_pages(ROOT)
     strategy_words = re.compile(r"\b(DDP|FSDP2?|DeepSpeed)\b")
@@ -372,7 +373,7 @@ def test_pages_follow_the_codes_refusals():
             assert (mark == "no") == bool(len(row) == 4 and refusal(row[3], spec)) or (len(row) == 3), (device_type, row)
         for feature, family in FEATURE_FAMILIES.items():
             assert (device_pages.feature_mark(spec, {}, feature) == "✗") == bool(refusal(family, spec)), (device_type, feature)
-    rendered = anyaccel_docs.render_device_pages(ROOT)
+    rendered = device_front.render_device_pages(ROOT)
     assert "✗ DeepSpeed" in rendered["sdaa"] if refusal("deepspeed", DEVICE_TABLE["sdaa"]) else "⚠ DeepSpeed" in rendered["sdaa"]
     migration = _shown_texts()["docs/migration.md"]
     assert "{{" not in migration
@@ -385,10 +386,10 @@ def test_pages_follow_the_codes_refusals():
 def test_device_pages_say_what_ran_and_how_to_use_several_nodes():
     """Each device page says in one line which stack was run here (the records' hardware, else none), has a
     several-nodes recipe where the device has collectives, and defines every variable its commands use."""
-    import anyaccel_docs
+    import device_front
 
     provided = {"PBS_NODEFILE", "HOME", "NODE_RANK", "MASTER_ADDR"}  # set by the scheduler, the shell or the user
-    for device_type, text in anyaccel_docs.render_device_pages(ROOT).items():
+    for device_type, text in device_front.render_device_pages(ROOT).items():
         run_here = re.search(r"^- \*\*Run here:\*\* (.+)$", text, re.M)
         assert run_here, f"{device_type}: no 'Run here' line"
         if DEVICE_TABLE[device_type].backend:
@@ -399,5 +400,5 @@ def test_device_pages_say_what_ran_and_how_to_use_several_nodes():
             used = (set(re.findall(r"\$\{?(\w+)", snippet)) | set(re.findall(r"\b([A-Za-z_]\w*)", arithmetic))) - provided
             undefined = {name for name in used if not re.search(rf"\b{name}=", snippet)}
             assert not undefined, f"{device_type}: {sorted(undefined)} used but not defined in {snippet!r}"
-    hpu = anyaccel_docs.render_device_pages(ROOT)["hpu"]
+    hpu = device_front.render_device_pages(ROOT)["hpu"]
     assert "none of these stacks was run here" in hpu

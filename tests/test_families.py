@@ -124,3 +124,23 @@ def test_every_family_module_is_on_the_architecture_page() -> None:
     """Step 4: the module map names each family's module (its layer, `strategies/`, covers it)."""
     page = (ROOT / "docs" / "architecture.md").read_text()
     assert [f.name for f in FAMILIES if f"`strategies/{f.name}.py`" not in page] == []
+
+
+def test_the_refusal_vocabulary_derives_from_the_rows() -> None:
+    """Which families start several processes and which grid column each trains come from the rows, not a list."""
+    from lightning_anyaccel.device.devices import DEVICE_TABLE
+    from lightning_anyaccel.strategies.multi_process import AnyDistributedMixin
+
+    assert families.MULTI_PROCESS_FAMILIES == tuple(f.name for f in FAMILIES if issubclass(f.trainer, AnyDistributedMixin))
+    assert "single" not in families.MULTI_PROCESS_FAMILIES and "ddp" in families.MULTI_PROCESS_FAMILIES
+    assert families.FEATURE_FAMILIES == {"ddp": "ddp", "fsdp": "fsdp", "fsdp2": "model_parallel", "deepspeed": "deepspeed"}
+    no_backend = next(spec for spec in DEVICE_TABLE.values() if spec.backend is None)
+    assert [f.name for f in FAMILIES if families.refusal(f.name, no_backend)] == list(families.MULTI_PROCESS_FAMILIES)
+    # a new multi-process row is refused where the device has no backend without being listed anywhere else
+    extra = dataclasses.replace(FAMILIES[1], name="ddp_copy", feature="ddp_copy")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(families, "FAMILIES", (*FAMILIES, extra))
+        assert families.refusal("ddp_copy", no_backend) is not None
+        assert families.refusal("single", no_backend) is None
+        with pytest.raises(ValueError, match="unknown strategy family 'made_up'.*ddp_copy"):
+            families.refusal("made_up", no_backend)

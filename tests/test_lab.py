@@ -11,8 +11,9 @@ code sets or its outputs show (``tests/_notebook_checks.py``). The executed note
 (``docs/_ext/notebook_cache.py``), which so does not execute the notebooks a second time.
 
 Every wait is bounded; JupyterLab's process group is killed if it does not shut down. The
-static checks at the end (links, line lengths, the install cell, the recorded run times, unused
-imports, the files the notebooks write) need no browser.
+static checks at the end (links, the Next link from each notebook to the next, no inline code in
+bold, line lengths, the install cell, the recorded run times, unused imports, the files the
+notebooks write) need no browser.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import notebook_cache  # noqa: E402
 
 from _browser import CHROMIUM, launched_chromium  # noqa: E402
-from _notebook_checks import lint, unstated_numbers  # noqa: E402
+from _notebook_checks import chain_problems, code_in_emphasis, lint, unstated_numbers  # noqa: E402
 
 KERNEL = "lightning-anyaccel"  # the name `make lab` registers
 NAMES = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
@@ -237,6 +238,46 @@ def test_notebook_links_work_in_jupyterlab_and_on_the_site(name):
             elif not (path.endswith(".ipynb") and "/" not in path and (NOTEBOOKS / path).exists()):
                 bad.append(f"{target}: use a notebook's name or the hosted URL of a documentation page")
     assert not bad, f"{name}: {bad}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_inline_code_in_bold_or_italics(name):
+    """``**`torch.compile`**`` shows as ``torch.compile`` with its backticks on the site: nbsphinx turns the Markdown
+    into reStructuredText, where inline markup does not nest. Write ``**Compiling** (`torch.compile`)``."""
+    notebook = json.loads((NOTEBOOKS / name).read_text(encoding="utf-8"))
+    assert code_in_emphasis(notebook) == [], name
+
+
+def test_the_emphasis_check_finds_code_in_bold_and_lets_the_rest_pass():
+    def notebook(text: str) -> dict:
+        return {"cells": [{"cell_type": "markdown", "source": text}]}
+
+    assert code_in_emphasis(notebook("- **`torch.compile`**: compiles")) == ["**`torch.compile`**"]
+    assert code_in_emphasis(notebook("an *`x` in italics* here")) == ["*`x` in italics*"]
+    assert code_in_emphasis(notebook("- **Compiling** (`torch.compile`): `a * b` and `**kwargs`")) == []
+    assert code_in_emphasis(notebook("```python\nf(**{'a': `b`})\n```")) == []
+
+
+def test_the_notebooks_link_each_to_the_next():
+    """notebooks/01..: each ends with a ``Next:`` link to the following one, by its title; the last with none."""
+    notebooks = {name: json.loads((NOTEBOOKS / name).read_text(encoding="utf-8")) for name in NAMES}
+    assert len(notebooks) >= 2 and chain_problems(notebooks) == []
+
+
+def test_the_chain_check_finds_a_missing_or_wrong_link():
+    def notebook(title: str, end: str) -> dict:
+        return {"cells": [{"cell_type": "markdown", "source": f"# {title}\n\nText."},
+                          {"cell_type": "markdown", "source": f"## What to change\n\n- a point.{end}"}]}
+
+    good = {"01_a.ipynb": notebook("1. A", "\n\nNext: [2. B](02_b.ipynb)."), "02_b.ipynb": notebook("2. B", "")}
+    assert chain_problems(good) == []
+    missing = {**good, "01_a.ipynb": notebook("1. A", "")}
+    assert chain_problems(missing) == ["01_a.ipynb: its last markdown cell must end with"
+                                       " 'Next: [2. B](02_b.ipynb).' (found: none)"]
+    wrong = {**good, "01_a.ipynb": notebook("1. A", "\n\nNext: [3. C](03_c.ipynb).")}
+    assert "found: ['Next: [3. C](03_c.ipynb).']" in chain_problems(wrong)[0]
+    last = {**good, "02_b.ipynb": notebook("2. B", "\n\nNext: [1. A](01_a.ipynb).")}
+    assert chain_problems(last) == ["02_b.ipynb: the last notebook links a next one (01_a.ipynb)"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -2,7 +2,9 @@
 
 - the notebooks: the numbered lists of README.md and docs/index.md are exactly ``notebooks/*.ipynb``, in
   order, and no count of notebooks in words ("five notebooks") is written anywhere a user reads first;
-- the GPUs: every "NVIDIA <model>" these pages name is the device of a validation record (docs/records);
+- the devices: every accelerator model a page, the README, the changelog or a notebook names (NVIDIA H100,
+  an A100, MI300X, Max 1550, Gaudi 3, ...) is the device of a validation record (docs/records) or of a
+  benchmark run (benchmarks/results), unless :data:`NOT_A_RUN` says why the words are no observation;
 - the extras: the README's list of extras is pyproject.toml's, and every ``lightning-anyaccel[extra]``
   a page or notebook shows exists;
 - AMD: no page or notebook names an AMD GPU or ROCm while no record ran on one ("AMD EPYC", the CPU
@@ -89,23 +91,61 @@ def test_the_notebook_checks_catch_a_missing_line_and_a_count():
     assert notebook_counts("Its tutorial is five notebooks in `notebooks/`") == ["five notebooks"]
 
 
-# ----- GPU names ------------------------------------------------------------------------------------------
+# ----- device models --------------------------------------------------------------------------------------
 
-def gpu_names(text: str) -> set[str]:
-    """Every "NVIDIA <model>" named (NVIDIA H200, NVIDIA A100, NVIDIA GH200 ...)."""
-    return set(re.findall(r"\bNVIDIA [A-Z]+\d+\w*", text))
+#: An accelerator's model: NVIDIA's (H100, A100, GH200, L40S ...), AMD's Instinct (MI300X), Intel's GPU Max
+#: (Max 1550) and Gaudi (Gaudi 3), Huawei's Ascend (Ascend 910B).
+DEVICE_MODEL = re.compile(r"\b(?:(?:GH|GB|H|A|B|L|V)\d{2,3}[A-Z]?|MI\d{3}[A-Z]?|Max \d{4}|Gaudi ?\d|Ascend ?910[A-Z]?)\b")
+
+#: Words naming a model that report no run, and why.
+NOT_A_RUN = {
+    "answered as a Gaudi 2 would": "docs/evidence.md: what the emulated HPU answers lightning-habana's tests",
+    "or for Gaudi 1": "docs/evidence.md: why lightning-habana's tests skipped themselves",
+}
+
+#: Every page a user reads, the README and the changelog (the site includes it); the notebooks separately.
+#: docs/devices/ is generated from the records.
+PAGES = ["README.md", "CHANGELOG.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")
+                                         if "devices" not in p.relative_to(ROOT / "docs").parts)]
 
 
-def test_every_gpu_named_is_a_records_device():
-    devices = {str(r.get("device_name")) for r in _records()}
-    for page in LANDING:
-        unknown = gpu_names(_text(page)) - devices
-        assert not unknown, f"{page} names {sorted(unknown)}; the records (docs/records) ran on {sorted(devices)}"
+def device_models(text: str) -> set[str]:
+    """Every accelerator model named (``H200``, ``MI300X``, ``Gaudi 3``), except in the words of :data:`NOT_A_RUN`."""
+    for words in NOT_A_RUN:
+        text = text.replace(words, "")
+    return set(DEVICE_MODEL.findall(text))
 
 
-def test_the_gpu_check_catches_a_made_up_gpu():
-    assert gpu_names("the run on one NVIDIA H100. About") == {"NVIDIA H100"}
-    assert "NVIDIA H100" not in {str(r.get("device_name")) for r in _records()}
+def run_devices() -> set[str]:
+    """The names of the devices the records and the benchmark results ran on."""
+    names = {str(r.get("device_name")) for r in _records()}
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+        names.add(str(json.loads(path.read_text()).get("meta", {}).get("device", {}).get("name")))
+    return names
+
+
+def unbacked_models(text: str, devices: set[str]) -> set[str]:
+    """The models ``text`` names that no device of ``devices`` is (``H200`` is backed by ``NVIDIA H200``)."""
+    return {model for model in device_models(text) if not any(re.search(rf"\b{model}\b", name) for name in devices)}
+
+
+@pytest.mark.parametrize("page", [*PAGES, *(f"notebooks/{nb}.ipynb" for nb in NOTEBOOKS)])
+def test_every_device_named_is_a_runs_device(page):
+    text = _notebook_text(Path(page).stem) if page.endswith(".ipynb") else _text(page)
+    devices = run_devices()
+    unknown = unbacked_models(text, devices)
+    assert not unknown, (f"{page} names {sorted(unknown)}; the records (docs/records) and benchmark results ran on"
+                         f" {sorted(devices)}: say what the package does, or cite the vendor's page without a model")
+
+
+def test_the_device_check_catches_a_made_up_device():
+    devices = run_devices()
+    assert unbacked_models("with torch 2.10 (seen on an H100; see #21567)", devices) == {"H100"}
+    assert unbacked_models("on one NVIDIA H100, an A100 and an MI300X", devices) == {"H100", "A100", "MI300X"}
+    assert unbacked_models("Intel's Max 1550, a Gaudi 3, an Ascend 910B", devices) == {"Max 1550", "Gaudi 3", "Ascend 910B"}
+    assert unbacked_models("a Gaudi 1 here; answered as a Gaudi 2 would", devices) == {"Gaudi 1"}
+    assert unbacked_models("E402, bf16, 16-mixed, PyTorch 2.11, ddp_spawn", devices) == set()
+    assert "H200" in device_models("on one NVIDIA H200 (torch 2.11)") and not unbacked_models("one NVIDIA H200", devices)
 
 
 # ----- extras ---------------------------------------------------------------------------------------------

@@ -169,12 +169,12 @@ def test_records_exist():
 
 
 def _docs_extension():
-    """docs/_ext/anyaccel_docs.py as Sphinx loads it: with docs/_ext on the path (it imports device_pages)."""
+    """docs/_ext/records_text.py as Sphinx loads it: with docs/_ext on the path (it imports device_pages)."""
     import importlib.util
 
     if str(ROOT / "docs" / "_ext") not in sys.path:
         sys.path.insert(0, str(ROOT / "docs" / "_ext"))
-    spec = importlib.util.spec_from_file_location("anyaccel_docs", ROOT / "docs" / "_ext" / "anyaccel_docs.py")
+    spec = importlib.util.spec_from_file_location("records_text", ROOT / "docs" / "_ext" / "records_text.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -194,13 +194,13 @@ def test_the_matrix_reads_records_their_age_and_staleness(tmp_path, monkeypatch)
     entry = docs.load_validation(tmp_path)["devices"]["sdaa"]
     assert entry["status"] == "emulated" and entry["emulated"]["device_type"] == "sdaa"
     assert "age unknown" in docs.age_text(entry["emulated"])  # no .git in tmp_path: a shallow copy, say so
-    assert docs._feature_cell(entry, "ddp") == "E"
-    assert docs._feature_cell(entry, "fsdp") == "E (1 process)"
-    assert docs._feature_cell(entry, "fsdp2") == "E failed"
-    assert docs._feature_cell(entry, "fork_safety") == "-"  # skipped: no credit
-    assert "pytest t.py" in docs._level_text(entry, "emulated")
+    assert docs.feature_cell(entry, "ddp") == "E"
+    assert docs.feature_cell(entry, "fsdp") == "E (1 process)"
+    assert docs.feature_cell(entry, "fsdp2") == "E failed"
+    assert docs.feature_cell(entry, "fork_safety") == "-"  # skipped: no credit
+    assert "pytest t.py" in docs.level_text(entry, "emulated")
     entry["emulated"]["_age"] = records.STALE_AFTER + 1
-    assert "stale" in docs.age_text(entry["emulated"]) and docs._feature_cell(entry, "ddp") == "E stale"
+    assert "stale" in docs.age_text(entry["emulated"]) and docs.feature_cell(entry, "ddp") == "E stale"
     assert docs.load_validation(tmp_path)["devices"]["musa"]["status"] == "untested"  # no record at any level
 
 
@@ -222,9 +222,9 @@ def test_a_feature_cell_takes_the_strongest_result_of_a_levels_records():
     suite = {"features": {"ddp": "passed (1 process)"}, "_age": 0}
     kit = {"features": {"ddp": "failed", "checkpoint": "passed"}, "_age": 0}
     entry = {"hardware": suite, "more": {"hardware": [kit]}}
-    assert docs._feature_cell(entry, "checkpoint") == "H"
-    assert docs._feature_cell(entry, "ddp") == "H (1 process)"
-    assert docs._feature_cell({"hardware": suite}, "checkpoint") == "-"
+    assert docs.feature_cell(entry, "checkpoint") == "H"
+    assert docs.feature_cell(entry, "ddp") == "H (1 process)"
+    assert docs.feature_cell({"hardware": suite}, "checkpoint") == "-"
 
 
 NUMBERS = {"steps": 3, "norm": 2.5e-08, "grad": 3.2e-07, "update": 1.5e-07, "rtol": 1e-05, "atol": 1e-06}

@@ -29,9 +29,9 @@ from lightning_anyaccel import fabric as anyaccel_fabric
 from lightning_anyaccel._lightning import accessors as lightning_accessors
 from lightning_anyaccel.device.devices import DEVICE_TABLE
 from lightning_anyaccel.strategies.deepspeed import AnyDeepSpeedMixin
+from lightning_anyaccel.strategies.families import refusal
 from lightning_anyaccel.strategies.fsdp import AnyFSDPMixin
 from lightning_anyaccel.strategies.model_parallel import AnyModelParallelMixin
-from lightning_anyaccel.strategies.support import refusal
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(
@@ -265,7 +265,7 @@ def test_deepspeed_refuses_a_device_without_its_vendor_package(device_type, pack
 @pytest.mark.parametrize("device_type", sorted(DEVICE_TABLE))
 def test_deepspeed_refuses_exactly_where_the_pages_say(monkeypatch, device_type: str) -> None:
     """The DeepSpeed strategy's checks before any process starts refuse a device type (with its vendor's package
-    installed) exactly where ``strategies.support.refusal`` (what the device pages, the grid and the migration page
+    installed) exactly where ``strategies.families.refusal`` (what the device pages, the grid and the migration page
     show) says they do."""
     from types import SimpleNamespace
 

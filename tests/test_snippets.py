@@ -49,16 +49,33 @@ def test_every_code_block_is_checked(page):
     assert not unchecked, f"{page.name}: code blocks in {unchecked}: use ```python or ```bash (both are tests)"
 
 
+def shown_record_lines(block: str, record: str) -> list[str]:
+    """The lines of a record shown on a page (``block``) that are not lines of the ``record`` it names."""
+    lines = set(record.splitlines())
+    return [line for line in block.splitlines() if line.strip() and not line.startswith("[") and line not in lines]
+
+
 def test_toml_blocks_parse():
-    """The validation record shown on the hardware page is valid TOML."""
+    """The TOML shown on the hardware page parses, and the validation record it shows is a committed record,
+    shortened: each of its lines is a line of the record the sentence before it names (no made-up values)."""
     import tomllib
 
     page = ROOT / "docs" / "validate_hardware.md"
+    text = page.read_text(encoding="utf-8")
     lexer = FencedCodeBlockLexer(language=r"toml")
-    blocks = [str(region.lexemes["source"]) for region in lexer(Document(page.read_text(encoding="utf-8"), str(page)))]
+    blocks = [str(region.lexemes["source"]) for region in lexer(Document(text, str(page)))]
     assert blocks
+    records = [block for block in blocks if "device_name =" in block]
+    assert records
     for block in blocks:
         tomllib.loads(block)
+    for block in records:
+        before = text[:text.index(block)]
+        named = re.findall(r"`(docs/records/[\w/-]+\.toml)`", before)
+        assert named, f"the record shown does not say which committed record it is: {block[:80]!r}"
+        record = (ROOT / named[-1]).read_text(encoding="utf-8")
+        assert shown_record_lines(block, record) == [], named[-1]
+    assert shown_record_lines('device_name = "Intel(R) Data Center GPU Max 1100"', record)  # made up: found
 
 
 def test_expected_skip_example_is_an_entry(tmp_path):

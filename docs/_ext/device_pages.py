@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lightning_anyaccel.strategies.support import FEATURE_FAMILIES, refusal
+from lightning_anyaccel.strategies.families import FEATURE_FAMILIES, refusal
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -82,7 +82,7 @@ def parity_name(name: str) -> str:
 
 #: marks of the comparison tables
 COMPARE_MARKS = {"yes": "✓", "differs": "⚠", "no": "✗"}
-#: strategy families (``lightning_anyaccel.strategies.support``) in the users' words, and what to do where one is refused
+#: strategy families (``lightning_anyaccel.strategies.families``) in the users' words, and what to do where one is refused
 FAMILY_WORDS = {"ddp": "DDP", "fsdp": "FSDP", "model_parallel": "FSDP2", "deepspeed": "DeepSpeed"}
 INSTEAD = {"deepspeed": 'shard with `strategy="any_fsdp"` or `strategy="any_fsdp2"` instead',
            "": 'train on one device (`strategy="any_single"`)'}
@@ -169,7 +169,7 @@ def feature_mark(spec: Any, entry: dict[str, Any], feature: str) -> str:
 
     ``H``/``E``/``S`` (hardware, emulated, simulated); a multi-process feature that trained with a single
     process says so (``H (1)``: a machine with one device); ``✗`` where the package refuses the strategy on
-    the device (:func:`lightning_anyaccel.strategies.support.refusal`, what the code refuses with); ``–``
+    the device (:func:`lightning_anyaccel.strategies.families.refusal`, what the code refuses with); ``–``
     where nothing ran.
     """
     family = FEATURE_FAMILIES.get(feature)

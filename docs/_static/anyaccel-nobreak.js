@@ -47,6 +47,12 @@
         span.className = "anyaccel-nobreak";
         span.appendChild(range.extractContents());
         range.insertNode(span);
+        // a word that starts or ends inside an element (".item()," starts in inline code) leaves that
+        // element emptied beside the span: remove it, or it shows as an empty code box
+        for (const side of [span.previousSibling, span.nextSibling]) {
+          if (side && side.nodeType === Node.ELEMENT_NODE && side.textContent === "" && !side.querySelector("img, svg, br"))
+            side.remove();
+        }
       }
     }
   }

@@ -21,10 +21,21 @@ Example:
 Every other table of strategy names derives from it: :data:`EQUIVALENTS` (Lightning's registered names
 the package's replace, :mod:`lightning_anyaccel.wiring.policy`), :data:`CLASS_EQUIVALENTS` (Lightning's class ->
 the family's name, for refusals), :data:`PROGRAM_STRATEGIES` (the classes rebuilt under
-``LIGHTNING_ANYACCEL_ACTIVATE=1``, :mod:`lightning_anyaccel.wiring.activation`) and :data:`START_METHODS`.
+``LIGHTNING_ANYACCEL_ACTIVATE=1``, :mod:`lightning_anyaccel.wiring.activation`), :data:`START_METHODS`,
+:data:`MULTI_PROCESS_FAMILIES` and :data:`FEATURE_FAMILIES` (the support grid's strategy columns).
 
     >>> EQUIVALENTS["ddp_find_unused_parameters_false"], CLASS_EQUIVALENTS["FSDPStrategy"], START_METHODS["any_ddp"]
     ('any_ddp', 'any_fsdp', 'popen')
+
+Which family the package refuses on which device type, and why, is :func:`refusal`: the rules the
+strategies refuse with (:mod:`lightning_anyaccel.strategies.support`) per family, which the
+documentation's device pages, support grid and migration page ask.
+
+    >>> from lightning_anyaccel.device.devices import DEVICE_TABLE
+    >>> refusal("ddp", DEVICE_TABLE["cuda"]) is None
+    True
+    >>> refusal("fsdp", DEVICE_TABLE["mps"])
+    'Apple GPU (MPS) has no collective backend: one device per machine'
 """
 
 from __future__ import annotations
@@ -33,8 +44,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_anyaccel.device.spec import DeviceSpec
 from lightning_anyaccel.strategies import ddp, deepspeed, fsdp, model_parallel, single
 from lightning_anyaccel.strategies.base import Registered
+from lightning_anyaccel.strategies.multi_process import AnyDistributedMixin
+from lightning_anyaccel.strategies.support import deepspeed_support, has_collectives
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,7 @@ class Family:
             Lightning names it replaces; the first is the family's own (named in refusals).
         program_rebuild: whether an instance of exactly the family's Lightning class that a program builds itself
             is rebuilt as the family's strategy under ``LIGHTNING_ANYACCEL_ACTIVATE=1``.
+        feature: the family's column in the support grid (a validation record's feature), ``""`` where it has none.
     """
 
     name: str
@@ -56,6 +71,7 @@ class Family:
     fabric: type
     names: Mapping[str, Registered]
     program_rebuild: bool = True
+    feature: str = ""
 
     @property
     def own_name(self) -> str:
@@ -66,6 +82,11 @@ class Family:
     def lightning_class(self) -> str:
         """The name of Lightning's strategy class the family's Trainer class extends (``DDPStrategy``)."""
         return next(cls.__name__ for cls in self.trainer.__mro__ if cls.__module__.startswith("lightning.pytorch."))
+
+    @property
+    def multi_process(self) -> bool:
+        """Whether the family starts several processes (its Trainer class is an ``AnyDistributedMixin``)."""
+        return issubclass(self.trainer, AnyDistributedMixin)
 
     def register(self, cls: type, strategy_registry: Any) -> None:
         """Register :attr:`names` for ``cls`` (the family's class for one front end) in that front end's registry."""
@@ -78,11 +99,12 @@ FAMILIES: tuple[Family, ...] = (
     # a program's own SingleDeviceStrategy names its device: refused where that is not the accelerator's, never rebuilt
     Family("single", single.AnySingleDeviceStrategy, single.FabricSingleDeviceStrategy, single.NAMES,
            program_rebuild=False),
-    Family("ddp", ddp.AnyDDPStrategy, ddp.FabricDDPStrategy, ddp.NAMES),
-    Family("fsdp", fsdp.AnyFSDPStrategy, fsdp.FabricFSDPStrategy, fsdp.NAMES),
+    Family("ddp", ddp.AnyDDPStrategy, ddp.FabricDDPStrategy, ddp.NAMES, feature="ddp"),
+    Family("fsdp", fsdp.AnyFSDPStrategy, fsdp.FabricFSDPStrategy, fsdp.NAMES, feature="fsdp"),
     Family("model_parallel", model_parallel.AnyModelParallelStrategy, model_parallel.FabricModelParallelStrategy,
-           model_parallel.NAMES),
-    Family("deepspeed", deepspeed.AnyDeepSpeedStrategy, deepspeed.FabricDeepSpeedStrategy, deepspeed.NAMES),
+           model_parallel.NAMES, feature="fsdp2"),
+    Family("deepspeed", deepspeed.AnyDeepSpeedStrategy, deepspeed.FabricDeepSpeedStrategy, deepspeed.NAMES,
+           feature="deepspeed"),
 )
 
 
@@ -102,6 +124,34 @@ START_METHODS: dict[str, str] = {
     for family in FAMILIES for name, entry in family.names.items() if set(entry.arguments) == {"start_method"}
 }
 
+#: The families that start several processes (their Trainer class is an ``AnyDistributedMixin``).
+MULTI_PROCESS_FAMILIES: tuple[str, ...] = tuple(family.name for family in FAMILIES if family.multi_process)
+#: The support grid's strategy columns (a validation record's features) -> the family that trains them.
+FEATURE_FAMILIES: dict[str, str] = {family.feature: family.name for family in FAMILIES if family.feature}
+
+
+def refusal(family: str, spec: DeviceSpec) -> str | None:
+    """Why the package refuses the strategy ``family`` on ``spec``'s device type, in a few words; ``None`` where it runs.
+
+    ``family`` is a name of :data:`FAMILIES` (``"ddp"``, ``"fsdp"``, ``"model_parallel"``, ``"deepspeed"``,
+    ``"single"``). A multi-process family is refused where the device has no collective backend
+    (``check_collectives``), DeepSpeed also where DeepSpeed has no accelerator for the device
+    (``check_deepspeed_support``).
+
+    Raises:
+        ValueError: an unknown family name.
+    """
+    row = next((row for row in FAMILIES if row.name == family), None)
+    if row is None:
+        raise ValueError(f"unknown strategy family {family!r}: one of {', '.join(f.name for f in FAMILIES)}")
+    if row.multi_process and not has_collectives(spec):
+        return f"{spec.name} has no collective backend: one device per machine"
+    if issubclass(row.trainer, deepspeed.AnyDeepSpeedMixin):
+        support = deepspeed_support(spec.type, probe=False)
+        if not support.supported:
+            return support.reason
+    return None
+
 
 def trainer_strategies() -> dict[str, type]:
     """The Trainer's strategy classes by name (what :mod:`lightning_anyaccel.strategies` publishes)."""
@@ -113,5 +163,5 @@ def fabric_strategies() -> dict[str, type]:
     return {family.fabric.__name__: family.fabric for family in FAMILIES}
 
 
-__all__ = ["CLASS_EQUIVALENTS", "EQUIVALENTS", "FAMILIES", "PROGRAM_STRATEGIES", "START_METHODS", "Family",
-           "fabric_strategies", "trainer_strategies"]
+__all__ = ["CLASS_EQUIVALENTS", "EQUIVALENTS", "FAMILIES", "FEATURE_FAMILIES", "MULTI_PROCESS_FAMILIES",
+           "PROGRAM_STRATEGIES", "START_METHODS", "Family", "fabric_strategies", "refusal", "trainer_strategies"]

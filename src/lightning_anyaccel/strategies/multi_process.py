@@ -233,9 +233,10 @@ class AnyDistributedMixin(AnyStrategyMixin, _Base):
         """Wrap ``module`` in DDP on the current stream, as plain PyTorch does, on every device type.
 
         Lightning 2.6 builds DDP inside a new ``torch.cuda.Stream`` where device ids are set: that
-        fails on non-CUDA builds (Lightning-AI/pytorch-lightning#19766), and on CUDA with torch >= 2.10
-        makes every backward warn that the AccumulateGrad node's stream does not match (seen on an
-        H100; Lightning-AI/pytorch-lightning#21567, removed upstream by #21746).
+        fails on non-CUDA builds (Lightning-AI/pytorch-lightning#19766), and on CUDA makes every
+        backward warn that the AccumulateGrad node's stream does not match
+        (Lightning-AI/pytorch-lightning#21567, removed upstream by #21746;
+        ``tests/test_sharding_cpu.py`` checks a DDP run's log has no such warning).
         """
         return DistributedDataParallel(module=module, device_ids=device_ids, **_lightning.ddp_kwargs(self))
 

@@ -1,17 +1,17 @@
-"""Which strategy family the package refuses on which device type, and why: one decision for the code and the pages.
+"""Whether a device type can run several processes, and whether DeepSpeed runs on it: the rules the strategies refuse with.
 
-The strategies refuse before any process starts (``check_collectives`` of every multi-process
-family, the DeepSpeed family's ``check_deepspeed_support``); the documentation's device pages, its
-support grid and its migration page ask :func:`refusal` for the same decision, so that a page can
-not offer what the code refuses. The decisions read the device table (a collective backend) and
-DeepSpeed's own accelerator list and probe (:func:`deepspeed_support`).
+The multi-process strategies refuse before any process starts: ``check_collectives`` of every
+multi-process family where :func:`has_collectives` says no, the DeepSpeed family's
+``check_deepspeed_support`` where :func:`deepspeed_support` does. The decisions read the device
+table (a collective backend) and DeepSpeed's own accelerator list and probe. The family table
+(:func:`lightning_anyaccel.strategies.families.refusal`) combines them per family for the
+documentation's device pages, support grid and migration page, so that a page can not offer what
+the code refuses.
 
 Example:
     >>> from lightning_anyaccel.device.devices import DEVICE_TABLE
-    >>> refusal("ddp", DEVICE_TABLE["cuda"]) is None
-    True
-    >>> refusal("fsdp", DEVICE_TABLE["mps"])
-    'Apple GPU (MPS) has no collective backend: one device per machine'
+    >>> has_collectives(DEVICE_TABLE["cuda"]), has_collectives(DEVICE_TABLE["mps"])
+    (True, False)
 """
 
 from __future__ import annotations
@@ -26,12 +26,6 @@ from typing import NamedTuple
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.device.devices import get_spec
 from lightning_anyaccel.device.spec import DeviceSpec
-
-#: The strategy families that start several processes (every family but ``single``).
-MULTI_PROCESS_FAMILIES = ("ddp", "fsdp", "model_parallel", "deepspeed")
-
-#: The support grid's strategy columns (a validation record's features) -> the family that trains them.
-FEATURE_FAMILIES = {"ddp": "ddp", "fsdp": "fsdp", "fsdp2": "model_parallel", "deepspeed": "deepspeed"}
 
 
 class DeepSpeedSupport(NamedTuple):
@@ -128,25 +122,4 @@ def has_collectives(spec: DeviceSpec) -> bool:
     return spec.backend is not None
 
 
-def refusal(family: str, spec: DeviceSpec) -> str | None:
-    """Why the package refuses the strategy ``family`` on ``spec``'s device type, in a few words; ``None`` where it runs.
-
-    ``family`` is a name of :data:`~lightning_anyaccel.strategies.families.FAMILIES` (``"ddp"``, ``"fsdp"``,
-    ``"model_parallel"``, ``"deepspeed"``, ``"single"``).
-
-    Raises:
-        ValueError: an unknown family name.
-    """
-    if family not in (*MULTI_PROCESS_FAMILIES, "single"):
-        raise ValueError(f"unknown strategy family {family!r}: one of {', '.join((*MULTI_PROCESS_FAMILIES, 'single'))}")
-    if family in MULTI_PROCESS_FAMILIES and not has_collectives(spec):
-        return f"{spec.name} has no collective backend: one device per machine"
-    if family == "deepspeed":
-        support = deepspeed_support(spec.type, probe=False)
-        if not support.supported:
-            return support.reason
-    return None
-
-
-__all__ = ["FEATURE_FAMILIES", "MULTI_PROCESS_FAMILIES", "DeepSpeedSupport", "deepspeed_accelerators", "deepspeed_support",
-           "has_collectives", "refusal"]
+__all__ = ["DeepSpeedSupport", "deepspeed_accelerators", "deepspeed_support", "has_collectives"]
