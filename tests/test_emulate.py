@@ -293,7 +293,7 @@ def test_no_compiler_is_one_error_naming_what_to_install(monkeypatch: pytest.Mon
 
 def test_parallel_processes_compile_once_into_the_cache_the_variable_names(tmp_path, monkeypatch, capsys) -> None:
     """Two builds at once (xdist workers, DDP ranks): one compiles, saying so with its folder and time, the other
-    waits and loads its library."""
+    says it waits for that compile, waits and loads its library."""
     import torch
     from torch.utils import cpp_extension
 
@@ -320,6 +320,9 @@ def test_parallel_processes_compile_once_into_the_cache_the_variable_names(tmp_p
     said = capsys.readouterr().err
     assert f"emulator: compiling the emulated device for torch {torch.__version__} into {results[0].parent}" in said
     assert said.count("emulator: compiled in ") == 1, said
+    # the one that waited said whose compile it waits for, and for how long at most
+    assert said.count(f"emulator: another process is compiling the emulated device into {results[0].parent};"
+                      f" waiting for it (at most {build.LOCK_TIMEOUT_S:.0f} s)") == 1, said
 
 
 #: A user's test file, as docs/emulate.md shows it: a LightningModule fit with ``accelerator=emulated_device.type``

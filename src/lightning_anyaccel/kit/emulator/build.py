@@ -84,25 +84,38 @@ def build(verbose: bool = False) -> Path:
     if done.exists():  # written once the library is whole
         return lib
     directory.mkdir(parents=True, exist_ok=True)
-    from filelock import FileLock
+    from filelock import FileLock, Timeout
 
-    with FileLock(str(directory / "compile.lock"), timeout=LOCK_TIMEOUT_S):
-        if done.exists():  # another process compiled it while this one waited
-            return lib
-        check_toolchain()
-        from torch.utils import cpp_extension
-
-        os.environ.setdefault("MAX_JOBS", "2")
-        # Kineto's headers (the device's activity profiler, csrc/profiler.cpp) include each other by bare name
-        kineto = [str(Path(p) / "kineto") for p in cpp_extension.include_paths() if (Path(p) / "kineto").is_dir()]
-        print(f"emulator: compiling the emulated device for torch {torch.__version__} into {directory}"
-              " (once per torch version: about one to two minutes)", file=sys.stderr, flush=True)
-        start = time.monotonic()
-        cpp_extension.load(name=EXTENSION, sources=[str(s) for s in SOURCES], build_directory=str(directory),
-                           extra_cflags=["-O1"], extra_include_paths=kineto, is_python_module=True, verbose=verbose)
-        done.write_text(f"{torch.__version__}\n")
-        print(f"emulator: compiled in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    lock = FileLock(str(directory / "compile.lock"), timeout=LOCK_TIMEOUT_S)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:  # another process is compiling: say so, then wait for it (bounded)
+        print(f"emulator: another process is compiling the emulated device into {directory}; waiting for it"
+              f" (at most {LOCK_TIMEOUT_S:.0f} s)", file=sys.stderr, flush=True)
+        lock.acquire()
+    try:
+        if not done.exists():  # else another process compiled it while this one waited
+            _compile(directory, done, verbose)
+    finally:
+        lock.release()
     return lib
+
+
+def _compile(directory: Path, done: Path, verbose: bool) -> None:
+    """Compile the extension into ``directory`` (the caller holds the compile lock); ``done`` marks it whole."""
+    check_toolchain()
+    from torch.utils import cpp_extension
+
+    os.environ.setdefault("MAX_JOBS", "2")
+    # Kineto's headers (the device's activity profiler, csrc/profiler.cpp) include each other by bare name
+    kineto = [str(Path(p) / "kineto") for p in cpp_extension.include_paths() if (Path(p) / "kineto").is_dir()]
+    print(f"emulator: compiling the emulated device for torch {torch.__version__} into {directory}"
+          " (once per torch version: about one to two minutes)", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    cpp_extension.load(name=EXTENSION, sources=[str(s) for s in SOURCES], build_directory=str(directory),
+                       extra_cflags=["-O1"], extra_include_paths=kineto, is_python_module=True, verbose=verbose)
+    done.write_text(f"{torch.__version__}\n")
+    print(f"emulator: compiled in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
 
 
 def import_extension() -> ModuleType:
