@@ -323,6 +323,8 @@ def test_parallel_processes_compile_once_into_the_cache_the_variable_names(tmp_p
     # the one that waited said whose compile it waits for, and for how long at most
     assert said.count(f"emulator: another process is compiling the emulated device into {results[0].parent};"
                       f" waiting for it (at most {build.LOCK_TIMEOUT_S:.0f} s)") == 1, said
+    page = " ".join((Path(__file__).parents[1] / "docs" / "emulate.md").read_text().split())
+    assert f"waiting for it (at most {build.LOCK_TIMEOUT_S:.0f} s)" in page  # what the user's page shows
 
 
 #: A user's test file, as docs/emulate.md shows it: a LightningModule fit with ``accelerator=emulated_device.type``
