@@ -49,6 +49,8 @@ class Family:
             Lightning names it replaces; the first is the family's own (named in refusals).
         program_rebuild: whether an instance of exactly the family's Lightning class that a program builds itself
             is rebuilt as the family's strategy under ``LIGHTNING_ANYACCEL_ACTIVATE=1``.
+        words: besides :attr:`name`, the words vendor plugins join to a device type to name this family
+            (lightning-habana's ``hpu_parallel``; :data:`FAMILY_WORDS`).
     """
 
     name: str
@@ -56,6 +58,7 @@ class Family:
     fabric: type
     names: Mapping[str, Registered]
     program_rebuild: bool = True
+    words: tuple[str, ...] = ()
 
     @property
     def own_name(self) -> str:
@@ -78,7 +81,8 @@ FAMILIES: tuple[Family, ...] = (
     # a program's own SingleDeviceStrategy names its device: refused where that is not the accelerator's, never rebuilt
     Family("single", single.AnySingleDeviceStrategy, single.FabricSingleDeviceStrategy, single.NAMES,
            program_rebuild=False),
-    Family("ddp", ddp.AnyDDPStrategy, ddp.FabricDDPStrategy, ddp.NAMES),
+    # lightning-habana's HPUParallelStrategy ("hpu_parallel") is its DDP; lightning-teco registers its DDP as "dpp_sdaa"
+    Family("ddp", ddp.AnyDDPStrategy, ddp.FabricDDPStrategy, ddp.NAMES, words=("parallel", "dpp")),
     Family("fsdp", fsdp.AnyFSDPStrategy, fsdp.FabricFSDPStrategy, fsdp.NAMES),
     Family("model_parallel", model_parallel.AnyModelParallelStrategy, model_parallel.FabricModelParallelStrategy,
            model_parallel.NAMES),
@@ -102,6 +106,10 @@ START_METHODS: dict[str, str] = {
     for family in FAMILIES for name, entry in family.names.items() if set(entry.arguments) == {"start_method"}
 }
 
+#: A family's words (its name and :attr:`Family.words`) -> its own name: what a vendor plugin's strategy name joins to
+#: a device type (``hpu_ddp``, ``single_sdaa``; :mod:`lightning_anyaccel.wiring.vendor_names`).
+FAMILY_WORDS: dict[str, str] = {word: family.own_name for family in FAMILIES for word in (family.name, *family.words)}
+
 
 def trainer_strategies() -> dict[str, type]:
     """The Trainer's strategy classes by name (what :mod:`lightning_anyaccel.strategies` publishes)."""
@@ -113,5 +121,5 @@ def fabric_strategies() -> dict[str, type]:
     return {family.fabric.__name__: family.fabric for family in FAMILIES}
 
 
-__all__ = ["CLASS_EQUIVALENTS", "EQUIVALENTS", "FAMILIES", "PROGRAM_STRATEGIES", "START_METHODS", "Family",
+__all__ = ["CLASS_EQUIVALENTS", "EQUIVALENTS", "FAMILIES", "FAMILY_WORDS", "PROGRAM_STRATEGIES", "START_METHODS", "Family",
            "fabric_strategies", "trainer_strategies"]

@@ -46,7 +46,7 @@ from lightning_anyaccel.device.devices import get_spec, is_host
 from lightning_anyaccel.device.precision import align_precision_plugin
 from lightning_anyaccel.strategies.families import CLASS_EQUIVALENTS, EQUIVALENTS
 from lightning_anyaccel.troubleshooting import LinkedError
-from lightning_anyaccel.wiring import activation, auto
+from lightning_anyaccel.wiring import activation, auto, vendor_names
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +333,7 @@ def fit_profiler(trainer: Any) -> None:
 POLICY = _lightning.ConnectorPolicy(
     owns=owns, choose=choose, translate=translate, check=check, check_arguments=check_arguments,
     log_device_info=log_device_info, log_unused_devices=log_unused_devices, fit_profiler=fit_profiler,
-    choose_accelerator=auto.choose_accelerator,
+    choose_accelerator=auto.choose_accelerator, rename_flags=vendor_names.rename,
 )
 
 __all__ = [

@@ -1,0 +1,226 @@
+"""Run the vendor plugins' own test files against lightning-anyaccel and write the record of what passed.
+
+``make vendor-suites HABANA=path TECO=path`` (or ``python scripts/vendor_suites/run.py --habana ... --teco ...``):
+given local checkouts of lightning-habana and lightning-teco (docs/evidence.md says which commits and how to
+clone them; nothing is fetched here), each test file of :data:`FILES` runs alone, from its checkout, on the
+emulated device of its type, with the migration shim (``shim/``: the vendors' names mapped onto the
+package's classes, nothing reimplemented) first on the path. The run writes ``docs/records/vendor/suites.toml``:
+its provenance (the package's commit, each checkout's commit, the date, the versions), per file the counts
+of passed, failed, skipped, xfailed, xpassed and errors, and per failing test its message and reason
+category (:data:`CATEGORIES`, matched on the message). docs/evidence.md renders that record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, NamedTuple
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))
+
+from lightning_anyaccel.kit.tools import records  # noqa: E402
+
+SHIM = Path(__file__).resolve().parent / "shim"
+RECORD = ROOT / records.RECORD_DIR / "vendor" / "suites.toml"
+
+
+class Suite(NamedTuple):
+    """A vendor plugin: its repository, the commit the docs pin, its device type and its devices option."""
+
+    repository: str
+    commit: str
+    device_type: str
+    option: str
+
+
+SUITES: dict[str, Suite] = {
+    "lightning-habana": Suite("https://github.com/Lightning-AI/lightning-Habana",
+                              "5549fa927d5501d31aac0c9b2ed479be62a02cbc", "hpu", "--hpus"),
+    "lightning-teco": Suite("https://github.com/Rruown/lightning-Teco", "ac21e3c1f70cd08cb5db7dae6b79697d2f34b517",
+                            "sdaa", "--sdaas"),
+}
+
+#: (suite, test file, emulated devices): each runs alone. One device, as the suites' default (``--hpus 1``),
+#: but the file that tests a strategy over several devices.
+FILES: tuple[tuple[str, str, int], ...] = (
+    ("lightning-habana", "tests/test_pytorch/test_accelerator.py", 1),
+    ("lightning-habana", "tests/test_pytorch/test_accelerator.py", 2),
+    ("lightning-habana", "tests/test_pytorch/strategies/test_hpu_ddp.py", 1),
+    ("lightning-habana", "tests/test_pytorch/strategies/test_hpu_parallel.py", 2),
+    ("lightning-habana", "tests/test_pytorch/strategies/test_fsdp.py", 1),
+    ("lightning-habana", "tests/test_pytorch/strategies/test_deepspeed.py", 1),
+    ("lightning-habana", "tests/test_pytorch/test_precision.py", 1),
+    ("lightning-habana", "tests/test_pytorch/test_profiler.py", 1),
+    ("lightning-habana", "tests/test_pytorch/test_cli.py", 1),
+    ("lightning-habana", "tests/test_fabric/test_accelerator.py", 1),
+    ("lightning-habana", "tests/test_fabric/test_strategy.py", 1),
+    ("lightning-habana", "tests/test_fabric/test_fsdp.py", 1),
+    ("lightning-habana", "tests/test_fabric/test_precision.py", 1),
+    ("lightning-teco", "tests/test_pytorch/test_accelerator.py", 1),
+    ("lightning-teco", "tests/test_pytorch/strategies/test_ddp.py", 1),
+    ("lightning-teco", "tests/test_pytorch/test_precision.py", 1),
+    ("lightning-teco", "tests/test_pytorch/strategies/test_deepspeed.py", 1),
+    ("lightning-teco", "tests/test_pytorch/strategies/test_fsdp.py", 1),
+)
+
+#: The vendors' test files not run, and why: each is about the vendor's own software, not Lightning's behaviour.
+NOT_RUN: dict[str, str] = {
+    "lightning-habana/tests/test_pytorch/test_hpu_graphs.py": "HPU graphs (`habana_frameworks.torch.hpu.graphs`)",
+    "lightning-habana/tests/test_pytorch/test_dynamic_shapes.py": "Gaudi's graph recompilation metrics",
+    "lightning-habana/tests/test_pytorch/test_compile.py": "`torch.compile`'s `hpu_backend` (Gaudi's compiler)",
+    "lightning-habana/tests/test_pytorch/test_datamodule.py": "the Habana data loader (media pipe)",
+    "lightning-habana/tests/test_pytorch/test_multi_tenancy.py": "Gaudi multi-tenancy (`HABANA_VISIBLE_MODULES` runs)",
+    "lightning-habana/tests/test_common/test_resources.py": "`hl-smi` and the Synapse version",
+}
+
+
+class Category(NamedTuple):
+    """A reason a vendor test fails against the package: matched on the failure's message."""
+
+    pattern: str
+    text: str
+
+
+#: Reason categories, first match wins; each is a difference docs/migration.md describes.
+CATEGORIES: dict[str, Category] = {
+    "vendor_private": Category(r"VendorPrivateError|habana_frameworks|hpex",
+                               "Gaudi software (hpex: fused optimizers, fp8 Transformer Engine): not offered"),
+    "numbered_devices": Category(r"index=0\)|'hpu:0'|'sdaa:0'|hpu:0|sdaa:0",
+                                 "numbered devices: `hpu:0` where the vendor gave `hpu`"),
+    "ddp_on_cpu": Category(r"DID NOT RAISE",
+                           "DDP/FSDP on `accelerator=\"cpu\"` trains (over Gloo) where the vendor refused"),
+    "process_group_left": Category(r"process group|init_process_group|already been initialized|twice",
+                                   "a Gloo process group left by a test before it (each passes alone)"),
+    "single_device_several": Category(r"any_single|AnySingleDeviceStrategy\(\) (with|has no)",
+                                      "one-device strategy with `devices=\"auto\"` on several devices"),
+    "precision_names": Category(r"fp16-mixed|[Pp]recision|fp8|autocast",
+                                "precision names and plugin objects of the vendor"),
+    "process_group_backend": Category(r"process_group_backend|== 'hccl'|== 'tccl'",
+                                      "`process_group_backend` before the strategy knows its devices"),
+    "device_name": Category(r"get_device_name", "the accelerator's `get_device_name()`"),
+    "memory_stat_names": Category(r"InUse|Limit|memory|DeviceStatsMonitor|hpu_stats|sdaa_stats",
+                                  "memory statistics' names"),
+    "reduce_product": Category(r"product|PRODUCT", "reduce `product`, which Gaudi's HCCL refuses (a Gaudi fact)"),
+    "fsdp_dtypes": Category(r"dtype|bfloat16|float32", "FSDP `bf16-mixed` dtypes follow Lightning"),
+    "error_message": Category(r"Regex pattern did not match", "the package's error message names the fix"),
+    "tensorboard": Category(r"[Tt]ensor[Bb]oard", "TensorBoard is not installed here"),
+}
+
+
+def categorise(message: str) -> str:
+    """The first category of :data:`CATEGORIES` whose pattern is in ``message``, else ``"unclassified"``."""
+    return next((key for key, category in CATEGORIES.items() if re.search(category.pattern, message)), "unclassified")
+
+
+def _git(path: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True, check=True,
+                          timeout=30).stdout.strip()
+
+
+def checkout_commit(path: Path, suite: str) -> str:
+    """The commit ``path`` (a git checkout of ``suite``) is at; refuses a path that is not one."""
+    if not (path / ".git").exists() or not (path / "tests").is_dir():
+        raise SystemExit(f"{path} is not a git checkout of {suite}: `git clone {SUITES[suite].repository} {path}"
+                         f" && git -C {path} checkout {SUITES[suite].commit}`")
+    return _git(path, "rev-parse", "HEAD")
+
+
+def run_file(checkout: Path, suite: str, test_file: str, devices: int, timeout: float) -> dict[str, Any]:
+    """Run one test file alone in its checkout on ``devices`` emulated devices; its tests' outcomes and messages."""
+    spec = SUITES[suite]
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src/lightning_anyaccel/kit/emulator/autoload"),
+                                          str(ROOT / "src"), str(SHIM)]),
+           "LIGHTNING_ANYACCEL_EMULATE": f"{spec.device_type}:{devices}"}
+    with tempfile.NamedTemporaryFile("r", suffix=".jsonl", encoding="utf-8") as report:
+        env["VENDOR_SUITES_REPORT"] = report.name
+        # -W: the suites turn every FutureWarning into an error; torch warns about one inside Lightning
+        command = [sys.executable, "-m", "pytest", test_file, "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+                   "-p", "vendor_suites_report", "-W", "ignore::FutureWarning", "--color=no", "--timeout=300",
+                   f"{spec.option}={devices}"]
+        started = time.monotonic()
+        process = subprocess.Popen(command, cwd=checkout, env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            tail = process.communicate(timeout=timeout)[0][-2000:]
+            ended = f"exit status {process.returncode}"
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            tail = process.communicate()[0][-2000:]
+            ended = f"stopped after {timeout:.0f} s"
+        tests: dict[str, dict[str, str]] = {}
+        for line in report.read().splitlines():
+            entry = json.loads(line)
+            tests[entry.pop("test")] = entry
+    if not tests:
+        raise SystemExit(f"{suite} {test_file}: no test reported ({ended}):\n{tail}")
+    counts = Counter(t["outcome"] for t in tests.values())
+    failures = {name: {"category": categorise(t["message"]), "message": t["message"].splitlines()[0][:300]}
+                for name, t in tests.items() if t["outcome"] in ("failed", "error", "xpassed")}
+    return {"suite": suite, "file": test_file, "emulate": env["LIGHTNING_ANYACCEL_EMULATE"],
+            "seconds": round(time.monotonic() - started, 1), "ended": ended,
+            **{key: counts.get(key, 0) for key in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")},
+            "categories": dict(Counter(f["category"] for f in failures.values()).most_common()),
+            "failures": failures}
+
+
+def dumps(record: dict[str, Any], files: list[dict[str, Any]]) -> str:
+    """The record's text: a header, the digest of the body, the body (the records' TOML spelling)."""
+    lines = [records.toml_line(k, v) for k, v in record.items() if not isinstance(v, dict)]
+    for section, table in record.items():
+        if isinstance(table, dict):
+            lines += ["", f"[{section}]", *(records.toml_line(k, v) for k, v in table.items())]
+    for entry in files:
+        lines += ["", "[[files]]", *(records.toml_line(k, v) for k, v in entry.items() if k != "failures")]
+        lines += ["[files.failures]", *(records.toml_line(k, v) for k, v in entry["failures"].items())]
+    body = "\n".join(lines) + "\n"
+    header = "# Written by the run it describes (scripts/vendor_suites/run.py, `make vendor-suites`): never edit by hand.\n"
+    return header + f'digest = "sha256:{hashlib.sha256(body.encode()).hexdigest()}"\n' + body
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--habana", type=Path, required=True, help="a git checkout of lightning-habana")
+    parser.add_argument("--teco", type=Path, required=True, help="a git checkout of lightning-teco")
+    parser.add_argument("--record", type=Path, default=RECORD, help=f"where to write the record ({RECORD.relative_to(ROOT)})")
+    parser.add_argument("--only", default="", help="run only the files whose path contains this (the record says so)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per file before it is stopped")
+    args = parser.parse_args(argv)
+    checkouts = {"lightning-habana": args.habana.resolve(), "lightning-teco": args.teco.resolve()}
+    commits = {suite: checkout_commit(path, suite) for suite, path in checkouts.items()}
+    started = datetime.datetime.now(datetime.timezone.utc)
+    files = []
+    for suite, test_file, devices in FILES:
+        if args.only in f"{suite}/{test_file}":
+            entry = run_file(checkouts[suite], suite, test_file, devices, args.timeout)
+            files.append(entry)
+            print(f"{suite} {test_file} ({entry['emulate']}): {entry['passed']} passed, {entry['failed']} failed,"
+                  f" {entry['error']} errors, {entry['skipped']} skipped, {entry['xfailed']} xfailed"
+                  f" in {entry['seconds']} s", flush=True)
+    command = "make vendor-suites HABANA=<checkout> TECO=<checkout>" + (f" ONLY={args.only}" if args.only else "")
+    record: dict[str, Any] = {
+        "kind": "vendor-suites", "date": started, "command": command, **records.provenance(ROOT),
+        **records.software(),
+        "suites": {suite: {"repository": SUITES[suite].repository, "commit": commits[suite],
+                           "pinned": commits[suite] == SUITES[suite].commit} for suite in SUITES},
+        "not_run": NOT_RUN, "categories": {key: c.text for key, c in CATEGORIES.items()},
+    }
+    records.write_text(args.record, dumps(record, files))
+    print(f"wrote {args.record}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
