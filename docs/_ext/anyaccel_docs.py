@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import device_pages
+import vendor_suites
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
@@ -68,6 +69,8 @@ def load_records(srcdir: Path) -> dict[str, dict[str, Any]]:
     found = {}
     root = srcdir / records.RECORD_DIR
     for path in sorted(root.rglob("*.toml")):
+        if path.relative_to(srcdir) == vendor_suites.RECORD:  # not a device's record: its own directive shows it
+            continue
         record = records.load(path)
         record["_age"] = records.age(record, srcdir)
         record["_path"] = path.relative_to(srcdir).as_posix()
@@ -609,6 +612,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("anyaccel-install-table", InstallTable)
     app.add_directive("anyaccel-validation", ValidationTable)
     app.add_directive("anyaccel-parity", ParityTable)
+    app.add_directive("anyaccel-vendor-suites", vendor_suites.VendorSuites)
     app.connect("source-read", check_links_in_notebooks)
     app.connect("build-finished", write_root_redirect)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

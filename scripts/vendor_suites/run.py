@@ -87,41 +87,62 @@ NOT_RUN: dict[str, str] = {
 
 
 class Category(NamedTuple):
-    """A reason a vendor test fails against the package: matched on the failure's message."""
+    """A reason a vendor test fails against the package: matched on the test's id and its failure's message."""
 
     pattern: str
     text: str
 
 
-#: Reason categories, first match wins; each is a difference docs/migration.md describes.
+#: Reason categories, first match wins; each is a difference docs/migration.md describes, or a vendor's own.
 CATEGORIES: dict[str, Category] = {
-    "vendor_private": Category(r"VendorPrivateError|habana_frameworks|hpex",
-                               "Gaudi software (hpex: fused optimizers, fp8 Transformer Engine): not offered"),
-    "numbered_devices": Category(r"index=0\)|'hpu:0'|'sdaa:0'|hpu:0|sdaa:0",
+    "works_here": Category(r"XPASS\(strict\)",
+                           "the vendor marks it as failing (`xfail`): it works with the package (vendor strategy names)"),
+    "vendor_private": Category(
+        r"VendorPrivateError|hpex|precision='fp8'|_INTEL_NEURAL_COMPRESSOR|HABANA_LOGS|setup_hccl_env|convert_modules",
+        "Gaudi software: hpex (fused optimizers, the fp8 Transformer Engine), fp8, Gaudi's logs, `setup_hccl_env`"),
+    "gaudi_fact": Category(r"supported_reduce_op|precision_long_type|dtypes_op_output_dtype",
+                           "a Gaudi fact: HCCL refuses reduce `product`; Gaudi's autocast op lists and its int64"
+                           " handling (the emulated hpu uses torch's CPU kernels and autocast lists)"),
+    "process_group_left": Category(r"No backend type associated with device type|ProcessGroupGloo::allgather",
+                                   "the Gloo process group an earlier test's DDP on the CPU left in the process"
+                                   " (each passes alone)"),
+    "ddp_on_cpu": Category(r"device_not_(hpu|sdaa).*(DID NOT RAISE|already chose)",
+                           "DDP, FSDP and DeepSpeed on `accelerator=\"cpu\"`: the package trains (Gloo) or refuses"
+                           " with its own message where the vendor's strategy refused"),
+    "single_device_several": Category(r"any_single' trains on one device|AnySingleDeviceStrategy\(\) has no device",
+                                      "`SingleHPUStrategy()` with `devices=\"auto\"` on several devices, or with no"
+                                      " device and no accelerator"),
+    "numbered_devices": Category(r"index=0\) ==|== \[device\(type='(hpu|sdaa)'\)|index=0\)\] ==",
                                  "numbered devices: `hpu:0` where the vendor gave `hpu`"),
-    "ddp_on_cpu": Category(r"DID NOT RAISE",
-                           "DDP/FSDP on `accelerator=\"cpu\"` trains (over Gloo) where the vendor refused"),
-    "process_group_left": Category(r"process group|init_process_group|already been initialized|twice",
-                                   "a Gloo process group left by a test before it (each passes alone)"),
-    "single_device_several": Category(r"any_single|AnySingleDeviceStrategy\(\) (with|has no)",
-                                      "one-device strategy with `devices=\"auto\"` on several devices"),
-    "precision_names": Category(r"fp16-mixed|[Pp]recision|fp8|autocast",
-                                "precision names and plugin objects of the vendor"),
-    "process_group_backend": Category(r"process_group_backend|== 'hccl'|== 'tccl'",
-                                      "`process_group_backend` before the strategy knows its devices"),
+    "strategy_name": Category(r"'any_ddp' == 'hpu_parallel'", "the strategy's own name is the package's (`any_ddp`)"),
+    "process_group_backend": Category(r"None == '(hccl|tccl)'",
+                                      "`process_group_backend` is `None` until the strategy knows its devices"),
+    "precision_names": Category(r"fp16-mixed|precision='fp32'|'bf16-mixed' == 'bf16'|invalid_precision",
+                                "the vendors' own precision names (`\"fp16-mixed\"`, `\"fp32\"`, `\"bf16\"` kept"
+                                " as `\"bf16\"`): Lightning's names and messages"),
+    "plugin_objects": Category(r"has no attribute 'device'|isinstance\(\) arg 2|Half and Float",
+                               "the vendors' precision plugin objects (`.device` in `32-true`; lightning-teco's"
+                               " autocast even in `32-true`): Lightning's plugins"),
+    "fsdp_dtypes": Category(r"fsdp.*bfloat16 == torch.float32", "FSDP `bf16-mixed` dtypes follow Lightning"),
+    "deepspeed_config_optimizer": Category(r"with_optimizer_and_config",
+                                           "an optimizer in DeepSpeed's `config` wins over `configure_optimizers`, as"
+                                           " in Lightning (lightning-habana preferred the LightningModule's)"),
+    "lightning_version": Category(r"random_train", "the test reads an attribute of an older Lightning's"
+                                                   " `BoringDataModule` (`random_train`)"),
     "device_name": Category(r"get_device_name", "the accelerator's `get_device_name()`"),
-    "memory_stat_names": Category(r"InUse|Limit|memory|DeviceStatsMonitor|hpu_stats|sdaa_stats",
-                                  "memory statistics' names"),
-    "reduce_product": Category(r"product|PRODUCT", "reduce `product`, which Gaudi's HCCL refuses (a Gaudi fact)"),
-    "fsdp_dtypes": Category(r"dtype|bfloat16|float32", "FSDP `bf16-mixed` dtypes follow Lightning"),
-    "error_message": Category(r"Regex pattern did not match", "the package's error message names the fix"),
+    "memory_stat_names": Category(r"device_stats_monitor", "memory statistics' names"),
+    "error_message": Category(r"Regex pattern did not match|import_order",
+                              "the package's error messages, which name the fix (and no import order to get wrong)"),
+    "profiler_env": Category(r"profiler_env", "`HPUProfiler`'s environment variable (`HABANA_PROFILE`)"),
     "tensorboard": Category(r"[Tt]ensor[Bb]oard", "TensorBoard is not installed here"),
 }
 
 
-def categorise(message: str) -> str:
-    """The first category of :data:`CATEGORIES` whose pattern is in ``message``, else ``"unclassified"``."""
-    return next((key for key, category in CATEGORIES.items() if re.search(category.pattern, message)), "unclassified")
+def categorise(test: str, message: str) -> str:
+    """The first category of :data:`CATEGORIES` whose pattern is in ``test`` and ``message``, else ``"unclassified"``."""
+    text = f"{test} {message}"
+    return next((key for key, category in CATEGORIES.items() if re.search(category.pattern, text, re.S)),
+                "unclassified")
 
 
 def _git(path: Path, *args: str) -> str:
@@ -167,8 +188,9 @@ def run_file(checkout: Path, suite: str, test_file: str, devices: int, timeout: 
     if not tests:
         raise SystemExit(f"{suite} {test_file}: no test reported ({ended}):\n{tail}")
     counts = Counter(t["outcome"] for t in tests.values())
-    failures = {name: {"category": categorise(t["message"]), "message": t["message"].splitlines()[0][:300]}
-                for name, t in tests.items() if t["outcome"] in ("failed", "error", "xpassed")}
+    failures = {name: {"category": categorise(name, t["message"]),
+                       "message": (t["message"].strip().splitlines() or [""])[0][:300]}
+                for name, t in tests.items() if t["outcome"] in ("failed", "error")}
     return {"suite": suite, "file": test_file, "emulate": env["LIGHTNING_ANYACCEL_EMULATE"],
             "seconds": round(time.monotonic() - started, 1), "ended": ended,
             **{key: counts.get(key, 0) for key in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")},
@@ -201,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     checkouts = {"lightning-habana": args.habana.resolve(), "lightning-teco": args.teco.resolve()}
     commits = {suite: checkout_commit(path, suite) for suite, path in checkouts.items()}
     started = datetime.datetime.now(datetime.timezone.utc)
+    code = records.provenance(ROOT)  # the code the files run against, before they run
     files = []
     for suite, test_file, devices in FILES:
         if args.only in f"{suite}/{test_file}":
@@ -211,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                   f" in {entry['seconds']} s", flush=True)
     command = "make vendor-suites HABANA=<checkout> TECO=<checkout>" + (f" ONLY={args.only}" if args.only else "")
     record: dict[str, Any] = {
-        "kind": "vendor-suites", "date": started, "command": command, **records.provenance(ROOT),
+        "kind": "vendor-suites", "date": started, "command": command, **code,
         **records.software(),
         "suites": {suite: {"repository": SUITES[suite].repository, "commit": commits[suite],
                            "pinned": commits[suite] == SUITES[suite].commit} for suite in SUITES},

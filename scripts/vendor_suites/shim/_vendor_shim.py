@@ -16,13 +16,14 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch.plugins import DeepSpeedPrecision, HalfPrecision, MixedPrecision, Precision
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.profilers import PyTorchProfiler
+from typing_extensions import override
 
 import lightning_anyaccel as pl_any
 import lightning_anyaccel.fabric as fab_any
@@ -32,18 +33,35 @@ class VendorPrivateError(RuntimeError):
     """A vendor's private software (Gaudi's hpex) was used: not a Lightning behaviour, not offered."""
 
 
-def _precision_factory(device: str) -> Callable[..., Precision]:
-    """``HPUPrecisionPlugin(precision=...)``: Lightning's plugin for the name, on ``device``."""
+def _precision(device: str, precision: str = "32-true") -> Precision:
+    """What ``HPUPrecisionPlugin(precision=...)`` becomes: Lightning's plugin for the name, on ``device``.
 
-    def make(precision: str = "32-true", **kwargs: Any) -> Precision:
-        name = {"bf16": "bf16-mixed", "16": "16-mixed"}.get(str(precision), str(precision))
-        if name.endswith("-mixed"):
-            return MixedPrecision(name, device, scaler=torch.amp.GradScaler(device) if name == "16-mixed" else None)  # type: ignore[arg-type]
-        if name.endswith("-true") and name != "32-true":
-            return HalfPrecision(name)  # type: ignore[arg-type]
+    Lightning refuses a name it does not know (lightning-teco's ``"fp16-mixed"``); ``fp8`` is Gaudi software.
+    """
+    name = {"bf16": "bf16-mixed", "16": "16-mixed", "32": "32-true"}.get(str(precision), str(precision))
+    if name == "fp8":
+        raise VendorPrivateError("precision 'fp8' is Intel Gaudi's Transformer Engine, not offered by lightning-anyaccel")
+    if name == "32-true":
         return Precision()
+    if name.endswith("-true"):
+        return HalfPrecision(name)  # type: ignore[arg-type]
+    # Lightning's MixedPrecision refuses any other name, naming its own
+    return MixedPrecision(name, device, scaler=torch.amp.GradScaler(device) if name == "16-mixed" else None)  # type: ignore[arg-type]
 
-    return make
+
+class _PrecisionPlugin(type):
+    """``HPUPrecisionPlugin``: calling it builds Lightning's plugin (:func:`_precision`); Lightning's plugins are
+    its instances."""
+
+    device: str
+
+    @override
+    def __call__(cls, precision: str = "32-true", **kwargs: Any) -> Precision:
+        return _precision(cls.device, precision)
+
+    @override
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, Precision)
 
 
 def _names(device: str, prefix: str) -> dict[str, Any]:
@@ -56,7 +74,7 @@ def _names(device: str, prefix: str) -> dict[str, Any]:
         f"{up}ParallelStrategy": pl_any.AnyDDPStrategy,
         f"{up}FSDPStrategy": pl_any.AnyFSDPStrategy,
         f"{up}DeepSpeedStrategy": pl_any.AnyDeepSpeedStrategy,
-        f"{up}PrecisionPlugin": _precision_factory(device),
+        f"{up}PrecisionPlugin": _PrecisionPlugin(f"{up}PrecisionPlugin", (), {"device": device}),
         f"{up}FSDPPrecision": pl_any.AnyFSDPPrecision,
         f"{up}DeepSpeedPrecisionPlugin": DeepSpeedPrecision,
         f"{up}CheckpointIO": TorchCheckpointIO,
@@ -100,29 +118,56 @@ lightning_teco.pytorch.plugins.io_plugin lightning_teco.pytorch.plugins.precisio
 lightning_teco.utils.resources""".split()
 _MODULES = {".".join(m.split(".")[:i]) for m in _IMPORTED for i in range(2, m.count(".") + 2)}
 _VENDOR_PRIVATE = "habana_frameworks.torch.hpex"
+#: The vendor's data files a test reads (its fp8 configurations): found in the checkout the test runs from.
+_VENDOR_DATA = "lightning_habana.pytorch.plugins.quant_config"
 
 
-class _PrivateModule(types.ModuleType):
-    """A module of Gaudi software: imports, and refuses every use."""
+class _Private:
+    """A name of Gaudi software (``tengine.recipe.DelayedScaling``): may be named (a test's parameters are
+    collected), refuses every use."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
-        raise VendorPrivateError(f"{self.__name__}.{attr} is Intel Gaudi software (hpex), not offered by lightning-anyaccel")
+        return _Private(f"{self._name}.{attr}")
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise VendorPrivateError(f"{self._name} is Intel Gaudi software (hpex), not offered by lightning-anyaccel")
+
+    __call__ = __instancecheck__ = __enter__ = __iter__ = __bool__ = _refuse
+
+
+class _PrivateModule(types.ModuleType):
+    """A module of Gaudi software: imports; its names are :class:`_Private`."""
+
+    @override
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Private(f"{self.__name__}.{attr}")
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    @override
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname.startswith(_VENDOR_DATA):  # importlib.resources reads the folder of the spec's origin
+            origin = Path.cwd() / "src" / Path(*fullname.split(".")) / "__init__.py"
+            return importlib.machinery.ModuleSpec(fullname, self, origin=str(origin), is_package=True)
         if fullname in _MODULES or fullname == _VENDOR_PRIVATE or fullname.startswith(_VENDOR_PRIVATE + "."):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
+    @override
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         return _PrivateModule(spec.name) if spec.name.startswith(_VENDOR_PRIVATE) else None
 
+    @override
     def exec_module(self, module: types.ModuleType) -> None:
         module.__path__ = []
-        if isinstance(module, _PrivateModule):
+        if isinstance(module, _PrivateModule) or module.__name__.startswith(_VENDOR_DATA):
             return
         device, prefix = _ROOTS[module.__name__.split(".")[0]]
         module.__dict__.update(_names(device, prefix))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 
-def _message(report: pytest.TestReport) -> str:
+def _message(report: pytest.TestReport | pytest.CollectReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is not None:
         return str(crash.message)
