@@ -59,16 +59,15 @@ class VendorSuites(SphinxDirective):
         rows, totals = [], Counter[str]()
         for entry in record["files"]:
             totals.update(entry["categories"])
-            skipped = f"{entry['skipped']}" + (f" ({entry['xfailed']} xfailed)" if entry["xfailed"] else "")
-            passed = f"{entry['passed']}" + (f" ({entry['xpassed']} xpassed)" if entry["xpassed"] else "")
-            rows.append([f"{entry['suite'].removeprefix('lightning-')} `{entry['file'].removeprefix('tests/')}`"
-                         f" (`{entry['emulate']}`)", passed, entry["failed"] + entry["error"], skipped,
-                         _categories(entry["categories"])])
-        header = ["suite, file (emulated devices)", "passed", "failed", "skipped", "why they failed (tests)"]
+            counts = (f"{entry['passed']} / {entry['failed'] + entry['error']} / {entry['skipped']}"
+                      + "".join(f", {entry[key]} {key}" for key in ("xfailed", "xpassed") if entry[key]))
+            rows.append([f"`{entry['file'].removeprefix('tests/')}` ({entry['suite'].removeprefix('lightning-')},"
+                         f" `{entry['emulate']}`)", counts, _categories(entry["categories"])])
+        header = ["file (suite, emulated devices)", "passed / failed / skipped", "why they failed (tests)"]
         reasons = [[f"`{key}`", text, totals.get(key, 0)] for key, text in record["categories"].items()]
         reasons += [["`unclassified`", "no reason category matched the message", totals["unclassified"]]] \
             if totals["unclassified"] else []
         not_run = [[f"`{name}`", why] for name, why in record["not_run"].items()]
-        return [_inline(said), _table(header, rows, widths=[38, 9, 9, 12, 32]),
+        return [_inline(said), _table(header, rows, widths=[40, 22, 38]),
                 _table(["reason", "what differs", "failing tests"], reasons, widths=[22, 64, 14]),
                 _table(["not run", "why: the vendor's own software"], not_run, widths=[50, 50])]

@@ -120,9 +120,11 @@ CATEGORIES: dict[str, Category] = {
     "precision_names": Category(r"fp16-mixed|precision='fp32'|'bf16-mixed' == 'bf16'|invalid_precision",
                                 "the vendors' own precision names (`\"fp16-mixed\"`, `\"fp32\"`, `\"bf16\"` kept"
                                 " as `\"bf16\"`): Lightning's names and messages"),
-    "plugin_objects": Category(r"has no attribute 'device'|isinstance\(\) arg 2|Half and Float",
-                               "the vendors' precision plugin objects (`.device` in `32-true`; lightning-teco's"
-                               " autocast even in `32-true`): Lightning's plugins"),
+    "plugin_objects": Category(r"has no attribute 'device'|isinstance\(\) arg 2",
+                               "the vendors' precision plugin objects (`.device` in `32-true`): Lightning's plugins"),
+    "mixed_dtypes": Category(r"Half and Float",
+                             "a float16 tensor into a float32 layer outside autocast (no precision plugin given): the"
+                             " emulated device's CPU kernels refuse mixed dtypes; SDAA's kernels were not run here"),
     "fsdp_dtypes": Category(r"fsdp.*bfloat16 == torch.float32", "FSDP `bf16-mixed` dtypes follow Lightning"),
     "deepspeed_config_optimizer": Category(r"with_optimizer_and_config",
                                            "an optimizer in DeepSpeed's `config` wins over `configure_optimizers`, as"
@@ -181,6 +183,10 @@ def run_file(checkout: Path, suite: str, test_file: str, devices: int, timeout: 
             os.killpg(process.pid, signal.SIGKILL)
             tail = process.communicate()[0][-2000:]
             ended = f"stopped after {timeout:.0f} s"
+        finally:  # interrupted (Ctrl-C, SIGTERM): the file's processes end with the run
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
         tests: dict[str, dict[str, str]] = {}
         for line in report.read().splitlines():
             entry = json.loads(line)
@@ -220,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="run only the files whose path contains this (the record says so)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per file before it is stopped")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # run the cleanup in run_file
     checkouts = {"lightning-habana": args.habana.resolve(), "lightning-teco": args.teco.resolve()}
     commits = {suite: checkout_commit(path, suite) for suite, path in checkouts.items()}
     started = datetime.datetime.now(datetime.timezone.utc)
