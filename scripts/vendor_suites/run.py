@@ -98,7 +98,7 @@ CATEGORIES: dict[str, Category] = {
     "works_here": Category(r"XPASS\(strict\)",
                            "the vendor marks it as failing (`xfail`): it works with the package (vendor strategy names)"),
     "vendor_private": Category(
-        r"VendorPrivateError|hpex|precision='fp8'|_INTEL_NEURAL_COMPRESSOR|HABANA_LOGS|setup_hccl_env|convert_modules",
+        r"VendorPrivateError|hpex|fp8|_INTEL_NEURAL_COMPRESSOR|HABANA_LOGS|setup_hccl_env|convert_modules",
         "Gaudi software: hpex (fused optimizers, the fp8 Transformer Engine), fp8, Gaudi's logs, `setup_hccl_env`"),
     "gaudi_fact": Category(r"supported_reduce_op|precision_long_type|dtypes_op_output_dtype",
                            "a Gaudi fact: HCCL refuses reduce `product`; Gaudi's autocast op lists and its int64"
@@ -122,8 +122,10 @@ CATEGORIES: dict[str, Category] = {
                                 " as `\"bf16\"`): Lightning's names and messages"),
     "plugin_objects": Category(r"has no attribute 'device'|isinstance\(\) arg 2",
                                "the vendors' precision plugin objects (`.device` in `32-true`): Lightning's plugins"),
-    "mixed_dtypes": Category(r"Half and Float",
-                             "a float16 tensor into a float32 layer outside autocast (no precision plugin given): the"
+    "loss_scaling": Category(r"compare_accuracy", "`16-mixed` scales the loss with the device's `GradScaler`, as"
+                                                  " Lightning does (lightning-habana's plugin did not)"),
+    "mixed_dtypes": Category(r"must have the same dtype",
+                             "a float16 or bfloat16 tensor into a float32 layer outside autocast (no precision plugin given): the"
                              " emulated device's CPU kernels refuse mixed dtypes; SDAA's kernels were not run here"),
     "fsdp_dtypes": Category(r"fsdp.*bfloat16 == torch.float32", "FSDP `bf16-mixed` dtypes follow Lightning"),
     "deepspeed_config_optimizer": Category(r"with_optimizer_and_config",

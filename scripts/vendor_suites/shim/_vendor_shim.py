@@ -49,19 +49,15 @@ def _precision(device: str, precision: str = "32-true") -> Precision:
     return MixedPrecision(name, device, scaler=torch.amp.GradScaler(device) if name == "16-mixed" else None)  # type: ignore[arg-type]
 
 
-class _PrecisionPlugin(type):
-    """``HPUPrecisionPlugin``: calling it builds Lightning's plugin (:func:`_precision`); Lightning's plugins are
-    its instances."""
+def _precision_plugin(device: str) -> Any:
+    """``HPUPrecisionPlugin``: a function returning Lightning's plugin (:func:`_precision`), no class of its own, so
+    ``isinstance(plugin, HPUPrecisionPlugin)`` fails; LightningCLI takes it as a class path (it returns a
+    ``Precision``)."""
 
-    device: str
+    def make(precision: str = "32-true", **kwargs: Any) -> Precision:
+        return _precision(device, precision)
 
-    @override
-    def __call__(cls, precision: str = "32-true", **kwargs: Any) -> Precision:
-        return _precision(cls.device, precision)
-
-    @override
-    def __instancecheck__(cls, instance: Any) -> bool:
-        return isinstance(instance, Precision)
+    return make
 
 
 def _names(device: str, prefix: str) -> dict[str, Any]:
@@ -74,7 +70,7 @@ def _names(device: str, prefix: str) -> dict[str, Any]:
         f"{up}ParallelStrategy": pl_any.AnyDDPStrategy,
         f"{up}FSDPStrategy": pl_any.AnyFSDPStrategy,
         f"{up}DeepSpeedStrategy": pl_any.AnyDeepSpeedStrategy,
-        f"{up}PrecisionPlugin": _PrecisionPlugin(f"{up}PrecisionPlugin", (), {"device": device}),
+        f"{up}PrecisionPlugin": _precision_plugin(device),
         f"{up}FSDPPrecision": pl_any.AnyFSDPPrecision,
         f"{up}DeepSpeedPrecisionPlugin": DeepSpeedPrecision,
         f"{up}CheckpointIO": TorchCheckpointIO,
