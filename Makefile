@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-$(notdir $(PYTHON))
 # The dev/CI tools and the package's dependencies, pinned with hashes (`make lock` regenerates it).
 LOCK := requirements/dev.lock
 
-.PHONY: install run check lint test-quick test test-suite test-emulated typecheck test-snippets emulator bench docs lab clean lock test-compat records records-parity notebook-times
+.PHONY: install run check lint test-quick test test-suite test-emulated typecheck test-snippets emulator bench docs lab clean lock test-compat records records-parity notebook-times vendor-suites
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -141,6 +141,14 @@ records-parity: $(addprefix record-parity-,$(PARITY_RECORDS))
 record-parity-%: emulator
 	-$(PYTEST) -p no:xdist -q -m device_generic tests/test_parity.py --device $(if $(filter cpu,$*),cpu,emulated:$*) \
 		--parity-record=docs/records/$*-$(if $(filter cpu,$*),hardware,emulated).toml
+
+# The vendor plugins' own test files against the package, on the emulated hpu and sdaa, through the migration
+# shim (scripts/vendor_suites): not part of `make test`. HABANA and TECO are git checkouts of lightning-habana and
+# lightning-teco at the commits docs/evidence.md names (nothing is fetched); the run writes
+# docs/records/vendor/suites.toml, which docs/evidence.md shows. ONLY=<part of a path> runs some files.
+vendor-suites: emulator
+	@[ -n "$(HABANA)" ] && [ -n "$(TECO)" ] || { echo "usage: make vendor-suites HABANA=<lightning-habana checkout> TECO=<lightning-teco checkout>"; exit 2; }
+	$(PYTHON) scripts/vendor_suites/run.py --habana "$(HABANA)" --teco "$(TECO)" $(if $(ONLY),--only "$(ONLY)")
 
 # mypy on src/ (configured in pyproject.toml: `@override` on every overriding method is checked). Its
 # cache (.mypy_cache/) makes a second run take seconds; the first analyses torch and Lightning too.

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import device_pages
+import vendor_suites
 from benchmark_summary import BenchmarkSummary
 from device_front import DeviceStatus, write_device_pages
 from records_text import load_validation
@@ -83,6 +84,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("anyaccel-install-table", InstallTable)
     app.add_directive("anyaccel-validation", ValidationTable)
     app.add_directive("anyaccel-parity", ParityTable)
+    app.add_directive("anyaccel-vendor-suites", vendor_suites.VendorSuites)
     app.connect("source-read", check_links_in_notebooks)
     app.connect("build-finished", write_root_redirect)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import device_pages
+import vendor_suites
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,6 +35,8 @@ def load_records(srcdir: Path) -> dict[str, dict[str, Any]]:
     found = {}
     root = srcdir / records.RECORD_DIR
     for path in sorted(root.rglob("*.toml")):
+        if path.relative_to(srcdir) == vendor_suites.RECORD:  # not a device's record: its own directive shows it
+            continue
         record = records.load(path)
         record["_age"] = records.age(record, srcdir)
         record["_path"] = path.relative_to(srcdir).as_posix()

@@ -42,7 +42,7 @@ from lightning_anyaccel.device.runtime import DeviceNotAvailableError, detect_de
 from lightning_anyaccel.device.sharded_precision import AnyFSDPPrecision  # noqa: E402
 from lightning_anyaccel.strategies import DeepSpeedNotInstalledError, ShardingNotSupportedError  # noqa: E402
 from lightning_anyaccel.strategies.families import trainer_strategies  # noqa: E402
-from lightning_anyaccel.wiring.policy import FrontEndMismatchError, StrategyNotSupportedError  # noqa: E402
+from lightning_anyaccel.wiring.errors import FrontEndMismatchError, StrategyNotSupportedError  # noqa: E402
 
 globals().update(trainer_strategies())  # AnyDDPStrategy, ...: one per row of strategies.families.FAMILIES
 

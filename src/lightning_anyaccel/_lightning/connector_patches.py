@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +105,9 @@ class ConnectorPolicy:
     fit_profiler: Callable[[Any], None] = lambda trainer: None
     #: ``accelerator="auto"``: given Lightning's choice (``"cpu"``, ``"cuda"``, ...), what to train with.
     choose_accelerator: Callable[[Distribution, str], Any] = lambda distribution, lightning_choice: lightning_choice
+    #: May rename the connector's flags (``strategy``, ``accelerator``) before Lightning checks them, given the
+    #: strategy names registered with it: a vendor plugin's strategy name.
+    rename_flags: Callable[[dict[str, Any], Collection[str]], None] = lambda flags, registered: None
 
 
 def install_connector_hooks(distribution: Distribution, connector: str, policy: ConnectorPolicy) -> None:
@@ -124,7 +127,8 @@ def install_connector_hooks(distribution: Distribution, connector: str, policy: 
     Connectors of every other accelerator run Lightning's code unchanged. A fourth wrap,
     ``_check_config_and_set_final_flags``, passes the user's arguments to
     ``policy.check_arguments`` first, so objects of the package built for the other front end
-    fail with a message instead of Lightning's "invalid accelerator name". A fifth,
+    fail with a message instead of Lightning's "invalid accelerator name", and ``policy.rename_flags`` may
+    rename a strategy name Lightning has not registered (a vendor plugin's). A fifth,
     ``_choose_auto_accelerator`` (a static method: ``accelerator="auto"``), hands Lightning's choice
     to ``policy.choose_accelerator``, which may return the package's accelerator instead.
     """
@@ -153,6 +157,7 @@ def install_connector_hooks(distribution: Distribution, connector: str, policy: 
     @functools.wraps(original_flags)
     def check_flags(self: Any, *args: Any, **kwargs: Any) -> Any:
         policy.check_arguments(distribution, (*args, *kwargs.values()))
+        policy.rename_flags(kwargs, self._registered_strategies)  # Lightning passes its flags by keyword
         return original_flags(self, *args, **kwargs)
 
     connector_class._check_config_and_set_final_flags = check_flags

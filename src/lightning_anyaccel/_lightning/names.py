@@ -199,6 +199,8 @@ PRIVATE_ATTRIBUTES: tuple[PrivateAttribute, ...] = (
     PrivateAttribute(_FABRIC_CONNECTOR, "_num_nodes_flag", "install_connector_hooks"),
     PrivateAttribute(_TRAINER_CONNECTOR, "_check_config_and_set_final_flags", "install_connector_hooks"),
     PrivateAttribute(_FABRIC_CONNECTOR, "_check_config_and_set_final_flags", "install_connector_hooks"),
+    PrivateAttribute(_TRAINER_CONNECTOR, "_registered_strategies", "install_connector_hooks (policy.rename_flags)"),
+    PrivateAttribute(_FABRIC_CONNECTOR, "_registered_strategies", "install_connector_hooks (policy.rename_flags)"),
     PrivateAttribute(_TRAINER_CONNECTOR, "_choose_auto_accelerator", "install_connector_hooks (auto.choose_accelerator)"),
     PrivateAttribute(_FABRIC_CONNECTOR, "_choose_auto_accelerator", "install_connector_hooks (auto.choose_accelerator)"),
     # torch.distributed: a third-party backend's creator and the group it returns (torch >= 2.15's

@@ -64,6 +64,8 @@ class Family:
         program_rebuild: whether an instance of exactly the family's Lightning class that a program builds itself
             is rebuilt as the family's strategy under ``LIGHTNING_ANYACCEL_ACTIVATE=1``.
         feature: the family's column in the support grid (a validation record's feature), ``""`` where it has none.
+        words: besides :attr:`name`, the words vendor plugins join to a device type to name this family
+            (lightning-habana's ``hpu_parallel``; :data:`FAMILY_WORDS`).
     """
 
     name: str
@@ -72,6 +74,7 @@ class Family:
     names: Mapping[str, Registered]
     program_rebuild: bool = True
     feature: str = ""
+    words: tuple[str, ...] = ()
 
     @property
     def own_name(self) -> str:
@@ -99,7 +102,8 @@ FAMILIES: tuple[Family, ...] = (
     # a program's own SingleDeviceStrategy names its device: refused where that is not the accelerator's, never rebuilt
     Family("single", single.AnySingleDeviceStrategy, single.FabricSingleDeviceStrategy, single.NAMES,
            program_rebuild=False),
-    Family("ddp", ddp.AnyDDPStrategy, ddp.FabricDDPStrategy, ddp.NAMES, feature="ddp"),
+    # lightning-habana's HPUParallelStrategy ("hpu_parallel") is its DDP; lightning-teco registers its DDP as "dpp_sdaa"
+    Family("ddp", ddp.AnyDDPStrategy, ddp.FabricDDPStrategy, ddp.NAMES, feature="ddp", words=("parallel", "dpp")),
     Family("fsdp", fsdp.AnyFSDPStrategy, fsdp.FabricFSDPStrategy, fsdp.NAMES, feature="fsdp"),
     Family("model_parallel", model_parallel.AnyModelParallelStrategy, model_parallel.FabricModelParallelStrategy,
            model_parallel.NAMES, feature="fsdp2"),
@@ -153,6 +157,11 @@ def refusal(family: str, spec: DeviceSpec) -> str | None:
     return None
 
 
+#: A family's words (its name and :attr:`Family.words`) -> its own name: what a vendor plugin's strategy name joins to
+#: a device type (``hpu_ddp``, ``single_sdaa``; :mod:`lightning_anyaccel.wiring.vendor_names`).
+FAMILY_WORDS: dict[str, str] = {word: family.own_name for family in FAMILIES for word in (family.name, *family.words)}
+
+
 def trainer_strategies() -> dict[str, type]:
     """The Trainer's strategy classes by name (what :mod:`lightning_anyaccel.strategies` publishes)."""
     return {family.trainer.__name__: family.trainer for family in FAMILIES}
@@ -163,5 +172,5 @@ def fabric_strategies() -> dict[str, type]:
     return {family.fabric.__name__: family.fabric for family in FAMILIES}
 
 
-__all__ = ["CLASS_EQUIVALENTS", "EQUIVALENTS", "FAMILIES", "FEATURE_FAMILIES", "MULTI_PROCESS_FAMILIES",
+__all__ = ["CLASS_EQUIVALENTS", "EQUIVALENTS", "FAMILIES", "FAMILY_WORDS", "FEATURE_FAMILIES", "MULTI_PROCESS_FAMILIES",
            "PROGRAM_STRATEGIES", "START_METHODS", "Family", "fabric_strategies", "refusal", "trainer_strategies"]

@@ -45,18 +45,10 @@ from lightning_anyaccel import _lightning
 from lightning_anyaccel.device.devices import get_spec, is_host
 from lightning_anyaccel.device.precision import align_precision_plugin
 from lightning_anyaccel.strategies.families import CLASS_EQUIVALENTS, EQUIVALENTS
-from lightning_anyaccel.troubleshooting import LinkedError
-from lightning_anyaccel.wiring import activation, auto
+from lightning_anyaccel.wiring import activation, auto, vendor_names
+from lightning_anyaccel.wiring.errors import FrontEndMismatchError, StrategyNotSupportedError
 
 log = logging.getLogger(__name__)
-
-class StrategyNotSupportedError(LinkedError, ValueError):
-    """A Lightning strategy that can not train on the accelerator's device type."""
-
-
-class FrontEndMismatchError(LinkedError, TypeError):
-    """An object of the package built for ``lightning`` given to ``pytorch_lightning`` (or the reverse)."""
-
 
 def default_strategy(num_devices: int, num_nodes: int, interactive: bool) -> str:
     """The package's strategy for ``strategy="auto"``: ``any_single``, ``any_ddp`` or ``any_ddp_notebook``."""
@@ -333,7 +325,7 @@ def fit_profiler(trainer: Any) -> None:
 POLICY = _lightning.ConnectorPolicy(
     owns=owns, choose=choose, translate=translate, check=check, check_arguments=check_arguments,
     log_device_info=log_device_info, log_unused_devices=log_unused_devices, fit_profiler=fit_profiler,
-    choose_accelerator=auto.choose_accelerator,
+    choose_accelerator=auto.choose_accelerator, rename_flags=vendor_names.rename,
 )
 
 __all__ = [

@@ -127,7 +127,8 @@ def _stand_in_xpu_bindings(ext: Any) -> ModuleType:
 def _stand_in_habana_frameworks(hpu: ModuleType) -> None:
     """The few ``habana_frameworks.torch`` modules Gaudi users import, over the emulated ``torch.hpu``.
 
-    ``core.mark_step()`` ends a lazy-mode graph on Gaudi; the emulator runs every op eagerly, so it
+    ``torch.hpu.is_autocast_hpu_enabled()`` is torch's ``is_autocast_enabled("hpu")``. ``core.mark_step()`` ends a
+    lazy-mode graph on Gaudi; the emulator runs every op eagerly, so it
     has nothing to do. ``distributed.hccl`` is the module whose import registers ``hccl``; the
     emulator registered it already (``_register_collectives``).
     """
@@ -143,6 +144,8 @@ def _stand_in_habana_frameworks(hpu: ModuleType) -> None:
                  "default_generators"):  # DeepSpeed's HPU accelerator seeds through hpu.random
         setattr(modules["habana_frameworks.torch.hpu.random"], attr, getattr(hpu, attr))
     modules["habana_frameworks.torch.utils.experimental"]._is_fp16_supported = lambda: True
+    # Habana's torch.hpu answers whether autocast is on (Gaudi code and lightning-habana's tests ask it)
+    hpu.is_autocast_hpu_enabled = lambda: torch.is_autocast_enabled("hpu")
     for full, module in modules.items():
         if full == "habana_frameworks":
             continue

@@ -378,6 +378,11 @@ def _key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
 
 
+def toml_line(key: str, value: Any) -> str:
+    """``key = value`` in TOML, as the records write it (for other run-written files: the vendor suites' record)."""
+    return f"{_key(key)} = {_value(value)}"
+
+
 def _body(record: Mapping[str, Any]) -> str:
     lines = [f"{_key(k)} = {_value(v)}" for k, v in record.items()
              if k not in ("features", "tests", "digest", "parity")]
@@ -402,11 +407,16 @@ def dumps(record: Mapping[str, Any]) -> str:
 
 def write(path: Path, record: Mapping[str, Any]) -> None:
     """Write ``record`` to ``path`` at once or not at all (an interrupted run leaves no partial record)."""
+    write_text(path, dumps(record))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` at once or not at all."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, staged = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(dumps(record))
+            out.write(text)
         os.replace(staged, path)
     except BaseException:
         Path(staged).unlink(missing_ok=True)
