@@ -205,7 +205,7 @@ def check_fork_safe(device_type: str) -> None:
     >>> check_fork_safe("cpu")
     """
     spec = get_spec(device_type)
-    if spec.fork_safe_after_init or not runtime.is_initialized(device_type):
+    if spec.fork_safe_after_init or not runtime.is_initialized(spec):
         return
     raise ForkAfterInitError(
         f"{spec.name} was already initialised in this process, so forked workers cannot use it."
