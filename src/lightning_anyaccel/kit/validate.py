@@ -107,9 +107,9 @@ def _run_check(check: KitCheck, spec: DeviceSpec, count: int, env: dict[str, str
             return records.Outcome("failed", check.features, processes, str(err)[:300])
 
 
-def _level(device_type: str) -> str:
+def _level(spec: DeviceSpec) -> str:
     emulated = os.environ.get(EMULATOR_ENV, "").split(":")[0]
-    return "emulated" if emulated == device_type else "hardware"
+    return "emulated" if emulated == spec.type else "hardware"
 
 
 def run(spec: DeviceSpec, checks: list[KitCheck], record_path: Path, command: str,
@@ -135,7 +135,7 @@ def run(spec: DeviceSpec, checks: list[KitCheck], record_path: Path, command: st
         echo(f"[{index:>2}/{len(checks)}] {check.name}: {outcome.outcome.upper()} ({time.monotonic() - started:.0f} s)"
              f" {outcome.reason}")
     root = Path(__file__).resolve().parents[3]  # a checkout's root, where the package is installed editable
-    level = _level(device_type)
+    level = _level(spec)
     record = records.build_record(device_type=device_type, level=level, tests=outcomes, command=command,
                                   covers=["src"], root=root if (root / "src" / "lightning_anyaccel").is_dir() else None,
                                   runner="lightning_anyaccel.validate",
@@ -166,15 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     from lightning_anyaccel.device.devices import get_spec
 
     device_type = args.device or runtime.detect_device_type()
-    if args.worker:  # a check's process: the launching one passed the type it resolved
-        worker(BY_NAME[args.worker], get_spec(device_type), args.devices, args.out, args.parity_control)
-        return 0
+    spec: DeviceSpec | None
     try:  # the one place the device type becomes its spec; everything below takes the spec
         spec = get_spec(device_type)
-        available = runtime.is_available(spec)
     except ValueError:
-        available = False
-    if not available:
+        spec = None
+    if args.worker and spec is not None:  # a check's process: the launching one passed the type it resolved
+        worker(BY_NAME[args.worker], spec, args.devices, args.out, args.parity_control)
+        return 0
+    if spec is None or not runtime.is_available(spec):
         print(f"validate: this machine has no {device_type!r} device (PyTorch here sees"
               f" {runtime.detect_device_type()!r}); install the vendor's PyTorch for it, or leave out --device",
               file=sys.stderr)
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown check(s) {unknown}; the checks are {', '.join(BY_NAME)}")
     checks = [BY_NAME[n] for n in args.checks.split(",") if n] if args.checks else list(CHECKS)
-    record_path = args.record or Path(f"{device_type}-{_level(device_type)}.toml")
+    record_path = args.record or Path(f"{device_type}-{_level(spec)}.toml")
     command = shlex.join(["python", "-m", "lightning_anyaccel.validate", *(argv if argv is not None else sys.argv[1:])])
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -141,33 +141,29 @@ def describe(device_type: str) -> dict[str, Any]:
 
     Never raises: a fact that can not be found says why in one line.
     """
-    return _describe(device_type, _spec_or_none(device_type))
-
-
-def _spec_or_none(device_type: str) -> DeviceSpec | None:
-    """The spec of ``device_type``, or ``None`` for a type neither torch nor the table knows (the "device" check says why)."""
     try:
-        return get_spec(device_type)
-    except ValueError:
-        return None
+        spec = get_spec(device_type)
+    except ValueError:  # the "device" check says why and how to fix it
+        return _describe(None, device_type)
+    return _describe(spec, device_type)
 
 
-def _describe(device_type: str, spec: DeviceSpec | None) -> dict[str, Any]:
-    """:func:`describe` with the spec resolved (``None``: ``device_type`` is unknown)."""
+def _describe(spec: DeviceSpec | None, asked: str) -> dict[str, Any]:
+    """:func:`describe` with the spec resolved; ``None``: neither torch nor the table knows the type ``asked``."""
     import lightning
 
     import lightning_anyaccel
-    from lightning_anyaccel.device.distributed import resolve_backend
+    from lightning_anyaccel.device.distributed import spec_backend
 
     facts: dict[str, Any] = {}
     if spec is None:
-        facts["device type"] = f"{device_type} (unknown to PyTorch here and to the device table)"
+        facts["device type"] = f"{asked} (unknown to PyTorch here and to the device table)"
         facts["device spec"] = "none"
     else:
-        facts["device type"] = f"{device_type} ({spec.name})"
+        facts["device type"] = f"{spec.type} ({spec.name})"
         facts.update(_device_facts(spec))
         try:
-            backend = resolve_backend(spec.device())
+            backend = spec_backend(spec)
         except Exception as err:  # noqa: BLE001
             backend = f"unavailable ({_first_line(err)})"
         facts["collective backend"] = backend
@@ -260,12 +256,12 @@ def _collective_worker(rank: int, spec: DeviceSpec, backend: str, port: int, que
 
 def check_collective(spec: DeviceSpec) -> str:
     """All-reduce across 2 spawned processes on the device's backend, every wait bounded."""
-    from lightning_anyaccel.device.distributed import resolve_backend
+    from lightning_anyaccel.device.distributed import spec_backend
 
     count = runtime.device_count(spec)
     if not spec.host and count < 2:
         raise _Skip(f"needs 2 {spec.type} devices, found {count}")
-    backend = resolve_backend(spec.device())
+    backend = spec_backend(spec)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
@@ -340,10 +336,10 @@ def run(device_type: str | None = None, front_end: str = "lightning") -> Report:
     try:
         spec = get_spec(device_type)
     except ValueError as err:  # a type neither torch nor the table knows: one failed check, with the fix
-        report = Report(environment={**_describe(device_type, None), "front end": front_end})
+        report = Report(environment={**_describe(None, device_type), "front end": front_end})
         report.checks.append(Check("device", "FAIL", _first_line(err)))
         return report
-    report = Report(environment={**_describe(device_type, spec), "front end": front_end})
+    report = Report(environment={**_describe(spec, device_type), "front end": front_end})
     for name, check in CHECKS:
         try:
             result = check_fit(spec, front_end) if check is check_fit else check(spec)
