@@ -34,17 +34,17 @@ def main(argv: list[str] | None = None) -> None:
 
     from benchmarks.common import seconds_per_call
     from lightning_anyaccel.device import runtime
-    from lightning_anyaccel.device.devices import device_of, is_host
+    from lightning_anyaccel.device.devices import get_spec
     from lightning_anyaccel.device.distributed import prepare_backend
 
     torch.set_num_threads(args.threads)
-    device_type = runtime.detect_device_type()
-    device = device_of(device_type, args.rank)
-    runtime.set_device_index(device)
+    spec = get_spec(runtime.detect_device_type())
+    device = spec.device(args.rank)
+    runtime.set_device_index(spec, device.index)
     backend = prepare_backend(device)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     dist.init_process_group(backend, rank=args.rank, world_size=args.world_size, timeout=timedelta(seconds=60),
-                            device_id=None if is_host(device_type) else device)
+                            device_id=None if spec.host else device)
     results = []
     for nbytes in (int(s) for s in args.sizes.split(",")):
         tensor = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)

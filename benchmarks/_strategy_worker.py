@@ -443,10 +443,11 @@ def main(argv: list[str] | None = None) -> None:
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     if "deepspeed" in families:
         from lightning_anyaccel.device import runtime
+        from lightning_anyaccel.device.devices import get_spec
         from lightning_anyaccel.strategies.support import deepspeed_support
 
         name = runtime.detect_device_type()
-        if deepspeed_support(name, probe=False).supported:
+        if deepspeed_support(get_spec(name), probe=False).supported:
             os.environ.setdefault("DS_ACCELERATOR", name)
         try:  # DeepSpeed's shared-memory CPU collective compiles for ~1 min; every variant uses gloo instead
             import deepspeed.ops
@@ -460,11 +461,12 @@ def main(argv: list[str] | None = None) -> None:
 
     from benchmarks.common import quiet_bench
     from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.devices import get_spec
     from lightning_anyaccel.device.distributed import prepare_backend
 
     quiet_bench()
     runner = Runner(args)
-    runtime.set_device_index(runner.device)
+    runtime.set_device_index(get_spec(runner.device.type), runner.device.index)
     dist.init_process_group(prepare_backend(runner.device), rank=args.rank, world_size=args.world_size,
                             timeout=timedelta(seconds=args.timeout),
                             device_id=runner.device if runner.device.index is not None else None)

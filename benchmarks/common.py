@@ -112,11 +112,12 @@ def synchronize(device: Any) -> None:
     import torch
 
     from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.devices import get_spec
 
     device = torch.device(device)
     if device.type == "cpu":
         return
-    sync = getattr(runtime.device_module(device.type), "synchronize", None)
+    sync = getattr(runtime.device_module(get_spec(device.type)), "synchronize", None)
     if callable(sync):
         sync()
 
@@ -207,7 +208,7 @@ def device_info(device_type: str) -> dict[str, Any]:
     from lightning_anyaccel.device.distributed import BackendError, resolve_backend
 
     spec = get_spec(device_type)
-    info: dict[str, Any] = {"type": device_type, "table_name": spec.name, "count": runtime.device_count(device_type)}
+    info: dict[str, Any] = {"type": device_type, "table_name": spec.name, "count": runtime.device_count(spec)}
     try:
         info["backend"] = resolve_backend(torch.device(device_type))
     except BackendError as err:
@@ -215,7 +216,7 @@ def device_info(device_type: str) -> dict[str, Any]:
         info["backend_error"] = str(err)
     name = cpu_model() if device_type == "cpu" else None
     if name is None:
-        get_name = getattr(runtime.device_module(device_type), "get_device_name", None)
+        get_name = getattr(runtime.device_module(spec), "get_device_name", None)
         name = str(get_name(0)) if callable(get_name) else spec.name
     info["name"] = name
     info["lightning_builtin"] = spec.lightning_builtin

@@ -31,8 +31,9 @@ def _device_functions(device_type: str) -> set[tuple[str, int, str]]:
     if device_type == "cpu":
         return set()
     from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.devices import get_spec
 
-    module = runtime.device_module(device_type)
+    module = runtime.device_module(get_spec(device_type))
     keys = set()
     for value in vars(module).values():
         # not the standard library's functions it imports (``torch.cuda`` has ``typing.cast`` in its namespace)

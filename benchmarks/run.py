@@ -80,9 +80,10 @@ def run_all(settings: Settings, sections: tuple[str, ...] = SECTIONS, log: Calla
     from benchmarks import collective, device_calls, first_step, overhead, strategies, transformer
     from benchmarks.models import OVERHEAD, scaled
     from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.devices import get_spec
 
     device_type = runtime.detect_device_type()
-    count = runtime.device_count(device_type)
+    count = runtime.device_count(get_spec(device_type))
     doc: dict[str, Any] = {"schema": SCHEMA, "meta": metadata(device_type)}
     doc["meta"]["settings"] = asdict(settings)
     doc["meta"]["load_average_before"] = load_average()

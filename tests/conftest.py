@@ -68,8 +68,9 @@ class DeviceUnderTest:
     def count(self) -> int:
         """How many devices of the type this machine has (CPU: unlimited processes, reported as 2 or more)."""
         from lightning_anyaccel.device import runtime
+        from lightning_anyaccel.device.devices import get_spec
 
-        return max(2, os.cpu_count() or 1) if self.is_cpu else runtime.device_count(self.type)
+        return max(2, os.cpu_count() or 1) if self.is_cpu else runtime.device_count(get_spec(self.type))
 
     @property
     def level(self) -> str:
@@ -117,9 +118,10 @@ def _setup_device(spec: str) -> DeviceUnderTest:
     if spec == "cpu":
         return DeviceUnderTest(type="cpu", emulated=False, backend="gloo", spec=spec)
     from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.devices import get_spec
     from lightning_anyaccel.device.distributed import resolve_backend
 
-    if not runtime.is_available(spec):
+    if not runtime.is_available(get_spec(spec)):
         raise pytest.UsageError(f"--device {spec}: PyTorch in this environment sees no {spec!r} device."
                                 " Use --device cpu, or --device emulated:npu for the emulated accelerator.")
     import torch

@@ -15,6 +15,7 @@ from tests.fakes import install_fake_device
 
 from lightning_anyaccel import _compat
 from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import get_spec
 
 
 @pytest.fixture
@@ -63,7 +64,7 @@ def test_current_accelerator_asks_for_a_usable_device(monkeypatch):
 def test_memory_stats_prefers_torch_accelerator(xpu, monkeypatch):
     calls = []
     monkeypatch.setattr(torch.accelerator, "memory_stats", lambda index=None: calls.append(index) or {"a": 1})
-    assert runtime.memory_stats(torch.device("xpu", 1)) == {"a": 1}
+    assert runtime.memory_stats(get_spec("xpu"), 1) == {"a": 1}
     assert calls == [1]
     assert not [c for c in xpu.calls if c[0] == "memory_stats"]
 
@@ -71,7 +72,7 @@ def test_memory_stats_prefers_torch_accelerator(xpu, monkeypatch):
 def test_memory_stats_falls_back_to_the_device_module(xpu, monkeypatch):
     monkeypatch.delattr(torch.accelerator, "memory_stats")
     assert _compat.torch_features()["accelerator.memory_stats"] is False
-    stats = runtime.memory_stats(torch.device("xpu", 1))
+    stats = runtime.memory_stats(get_spec("xpu"), 1)
     assert stats["allocated_bytes.all.current"] == 1024
     assert ("memory_stats", "xpu:1") in xpu.calls
 
@@ -79,14 +80,14 @@ def test_memory_stats_falls_back_to_the_device_module(xpu, monkeypatch):
 def test_empty_cache_prefers_torch_accelerator(xpu, monkeypatch):
     calls = []
     monkeypatch.setattr(torch.accelerator, "empty_cache", lambda: calls.append("accelerator"))
-    runtime.empty_cache("xpu")
+    runtime.empty_cache(get_spec("xpu"))
     assert calls == ["accelerator"] and ("empty_cache",) not in xpu.calls
 
 
 def test_empty_cache_falls_back_to_the_device_module(xpu, monkeypatch):
     monkeypatch.delattr(torch.accelerator, "empty_cache")
     assert _compat.torch_features()["accelerator.empty_cache"] is False
-    runtime.empty_cache("xpu")
+    runtime.empty_cache(get_spec("xpu"))
     assert ("empty_cache",) in xpu.calls
 
 
@@ -96,7 +97,7 @@ def test_empty_cache_falls_back_to_the_device_module(xpu, monkeypatch):
 def test_set_device_prefers_the_index_name(xpu, monkeypatch):
     monkeypatch.setattr(torch.accelerator, "set_device_idx", lambda i: xpu.calls.append(("set_device_idx", i)),
                         raising=False)
-    runtime.set_device_index(torch.device("xpu", 1))
+    runtime.set_device_index(get_spec("xpu"), 1)
     assert xpu.calls == [("set_device_index", 1)]
 
 
@@ -104,7 +105,7 @@ def test_set_device_falls_back_to_the_device_module(xpu, monkeypatch):
     monkeypatch.delattr(torch.accelerator, "set_device_index")
     monkeypatch.delattr(torch.accelerator, "set_device_idx", raising=False)
     assert _compat.torch_features()["accelerator.set_device_index"] is False
-    runtime.set_device_index(torch.device("xpu", 1))
+    runtime.set_device_index(get_spec("xpu"), 1)
     assert xpu.calls == [("set_device", 1)]
 
 
@@ -115,7 +116,7 @@ def test_seed_prefers_torch_accelerator_random(xpu, monkeypatch):
     seeds = []
     monkeypatch.setattr(torch.accelerator, "random", SimpleNamespace(manual_seed_all=seeds.append), raising=False)
     assert _compat.torch_features()["accelerator.random"] is True
-    assert runtime.seed("xpu", 7) is True
+    assert runtime.seed(get_spec("xpu"), 7) is True
     assert seeds == [7] and not xpu.calls
 
 
@@ -123,7 +124,7 @@ def test_seed_falls_back_to_the_device_module(xpu, monkeypatch):
     monkeypatch.delattr(torch.accelerator, "random", raising=False)
     monkeypatch.setitem(__import__("sys").modules, "torch.accelerator.random", None)  # import fails too
     assert _compat.accelerator_random() is None
-    assert runtime.seed("xpu", 7) is True
+    assert runtime.seed(get_spec("xpu"), 7) is True
     assert xpu.calls == [("manual_seed_all", 7)]
 
 
@@ -133,7 +134,7 @@ def test_seed_of_a_device_that_is_not_the_current_accelerator_uses_its_module(xp
     monkeypatch.setattr(torch.accelerator, "random", SimpleNamespace(manual_seed_all=seeds.append), raising=False)
     hpu = install_fake_device(monkeypatch, "hpu", count=1)
     monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: SimpleNamespace(type="xpu"))
-    assert runtime.seed("hpu", 3) is True
+    assert runtime.seed(get_spec("hpu"), 3) is True
     assert seeds == [] and hpu.calls[0][1] == 3
 
 

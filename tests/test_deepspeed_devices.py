@@ -27,16 +27,16 @@ def test_the_rule_is_deepspeeds_own_list():
     where that accelerator imports a vendor package, the answer names it."""
     from deepspeed.accelerator.real_accelerator import SUPPORTED_ACCELERATOR_LIST
 
-    from lightning_anyaccel.device.devices import DEVICE_TABLE
+    from lightning_anyaccel.device.devices import DEVICE_TABLE, get_spec
     from lightning_anyaccel.strategies.support import deepspeed_support
 
     for device_type, spec in DEVICE_TABLE.items():
-        support = deepspeed_support(device_type, probe=False)
+        support = deepspeed_support(spec, probe=False)
         assert support.supported == (device_type in SUPPORTED_ACCELERATOR_LIST), (device_type, support)
         if support.supported and spec.vendor_module:
             assert support.reason == f"needs {spec.vendor_module}"
-    assert {t for t in DEVICE_TABLE if deepspeed_support(t, probe=False).supported} >= {"sdaa", "mlu", "npu", "hpu"}
-    assert "DeepSpeed has no accelerator for 'musa'" in deepspeed_support("musa", probe=False).reason
+    assert {t for t, spec in DEVICE_TABLE.items() if deepspeed_support(spec, probe=False).supported} >= {"sdaa", "mlu", "npu", "hpu"}
+    assert "DeepSpeed has no accelerator for 'musa'" in deepspeed_support(get_spec("musa"), probe=False).reason
 
 
 def test_emulated_devices_register_their_vendors_backend_name():

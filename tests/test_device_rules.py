@@ -20,6 +20,7 @@ from lightning import Trainer
 import lightning_anyaccel  # noqa: F401  (registers names)
 from conftest import AUTOLOAD, TESTS, run_python
 from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import get_spec
 from lightning_anyaccel.kit.tools.demo import DemoModel, demo_loader
 
 MATCH = "Expected all tensors to be on the same device"
@@ -105,7 +106,7 @@ def test_a_tensor_left_on_the_cpu_fails_the_fit(mistake, accelerator):
 
 
 def _capacity(device: torch.device) -> int:
-    module = runtime.device_module(device.type)
+    module = runtime.device_module(get_spec(device.type))
     if hasattr(module, "get_device_properties"):
         return int(module.get_device_properties(device.index).total_memory)
     return int(module.mem_get_info(device.index)[1])
@@ -125,16 +126,16 @@ def test_an_allocation_past_the_capacity_is_out_of_memory(accelerator, device):
 @pytest.mark.device_generic
 def test_freed_memory_stays_reserved_until_empty_cache(accelerator):
     def stat(name: str) -> int:
-        return int(runtime.memory_stats(accelerator)[f"{name}.all.current"])
+        return int(runtime.memory_stats(get_spec(accelerator.type), accelerator.index)[f"{name}.all.current"])
 
     size = 64 << 20
-    runtime.empty_cache(accelerator.type)
+    runtime.empty_cache(get_spec(accelerator.type))
     allocated, reserved = stat("allocated_bytes"), stat("reserved_bytes")
     x = torch.empty(size, dtype=torch.uint8, device=accelerator)
     assert stat("allocated_bytes") >= allocated + size and stat("reserved_bytes") >= reserved + size
     del x
     assert stat("allocated_bytes") == allocated and stat("reserved_bytes") >= reserved + size  # cached
-    runtime.empty_cache(accelerator.type)
+    runtime.empty_cache(get_spec(accelerator.type))
     assert stat("reserved_bytes") < reserved + size
 
 

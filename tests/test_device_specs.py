@@ -98,3 +98,19 @@ def test_the_device_under_test_needs_no_code(device):
         spec = get_spec(device.type)
         assert spec.backend == device.backend and spec.private_use1 and "bf16" in spec.autocast_dtypes
         assert dataclasses.replace(spec, notes="") == dataclasses.replace(derive_spec(device.type), notes="")
+
+
+def test_the_accelerator_keeps_the_spec_it_was_given(monkeypatch):
+    """``AnyAccelerator(spec)`` keeps that spec and asks the device table nothing more; a type resolves once, when the
+    accelerator is made; a spec of another type than the class's is refused naming both."""
+    spec = get_spec("cpu")
+    asked = []
+    real = devices.get_spec
+    monkeypatch.setattr("lightning_anyaccel.accelerator.get_spec", lambda t: asked.append(t) or real(t))
+    given = AnyAccelerator(spec)
+    assert given.spec is spec and asked == []
+    named = AnyAccelerator("cpu")
+    assert named.spec == spec and asked == ["cpu"]
+    assert spec.device(3) == torch.device("cpu") and get_spec("xpu").device(3) == torch.device("xpu", 3)
+    with pytest.raises(ValueError, match="AnyAccelerator\\[cpu\\] is for 'cpu', not 'xpu'"):
+        type(given)(get_spec("xpu"))

@@ -154,3 +154,119 @@ def test_the_package_root_stays_small() -> None:
     thick = {name: n for name in kit_entries
              if (n := sum(1 for line in (PACKAGE / name).read_text().splitlines() if line.strip())) > 20}
     assert thick == {}, f"a command's entry only runs kit/'s implementation: {thick}"
+
+
+# ---- a device travels as its spec (docs/architecture.md, "How a device travels") ------------------------
+
+#: What turns a device-type string into what the package knows about it (``device/devices.py``).
+RESOLVERS = frozenset({"get_spec", "is_host", "device_of"})
+
+#: Modules whose functions take the device as its ``DeviceSpec``: none resolves a device type.
+SPEC_TAKERS = ("lightning_anyaccel.device.runtime",)
+
+#: The modules the validation kit's device passes through, from the command line to the accelerator, and the
+#: functions among them that hold a device type as a string: where it enters and becomes its spec (each resolves
+#: it once at most), or where it is a record's field, compared and never resolved.
+KIT_PATH = {
+    "lightning_anyaccel.kit.validate": {"main": "the command line's --device (a check's process: the same)"},
+    "lightning_anyaccel.kit.tools.validation_checks": {},
+    "lightning_anyaccel.kit.verify": {"describe": "verify.describe's argument (public)",
+                                      "run": "verify.run's argument (public) and verify's --device"},
+    "lightning_anyaccel.kit.tools.parity_run": {"main": "the command line's --device-type"},
+    "lightning_anyaccel.kit.tools.parity_gpt2": {},
+    "lightning_anyaccel.kit.tools.parity_fabric": {},
+    "lightning_anyaccel.kit.tools.records": {"build_record": "a record built from a test run's device type",
+                                             "with_parity": "the record's device_type field, compared"},
+    "lightning_anyaccel.accelerator": {
+        "AnyAccelerator.__new__": "AnyAccelerator(device_type) (public): the instance keeps the spec",
+        "AnyAccelerator._spec": "each method Lightning calls on the class, which holds the device type",
+        "AnyAccelerator.bound": "the per-device class of a device type (registration, accelerator_class)",
+        "AnyAccelerator.bound.is_available": "Lightning's connector asks the class",
+        "AnyAccelerator.register_accelerators": "each device type the registration meets",
+        "process_devices": "a strategy's parallel_devices",
+        "accelerator_class": "the public function of a device type's class (bound resolves it)",
+    },
+}
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every function of ``tree`` by its qualified name (``Class.method``, ``outer.inner``)."""
+    found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found[prefix + node.name] = node
+            found.update(_functions(node, f"{prefix}{node.name}."))
+        elif isinstance(node, ast.ClassDef):
+            found.update(_functions(node, f"{prefix}{node.name}."))
+    return found
+
+
+def _own_nodes(function: ast.AST) -> list[ast.AST]:
+    """The nodes of ``function``'s body, without those of the functions and classes defined in it."""
+    nodes: list[ast.AST] = []
+    todo = list(ast.iter_child_nodes(function))
+    while todo:
+        node = todo.pop()
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            nodes.append(node)
+            todo.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
+def resolutions(module: str) -> dict[str, int]:
+    """Function -> how many places in it turn a device type into its spec (a resolver's call, a look-up in
+    ``DEVICE_TABLE`` by a type), for the functions of ``module`` that have any."""
+    tree = ast.parse(MODULES[module].read_text())
+    counts: dict[str, int] = {}
+    for name, function in _functions(tree).items():
+        n = 0
+        for node in _own_nodes(function):
+            called = node.func if isinstance(node, ast.Call) else None
+            if isinstance(called, ast.Name) and called.id in RESOLVERS or \
+                    isinstance(called, ast.Attribute) and called.attr in RESOLVERS:
+                n += 1
+            elif (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "DEVICE_TABLE"
+                  and isinstance(node.ctx, ast.Load)) or (
+                    isinstance(called, ast.Attribute) and called.attr == "get"
+                    and isinstance(called.value, ast.Name) and called.value.id == "DEVICE_TABLE"):
+                n += 1
+        if n:
+            counts[name] = n
+    return counts
+
+
+def device_type_parameters(module: str) -> list[str]:
+    """``function(parameter)`` for each parameter of ``module``'s functions that takes a device type as a string."""
+    found = []
+    for name, function in _functions(ast.parse(MODULES[module].read_text())).items():
+        arguments = function.args
+        for parameter in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]:
+            annotation = ast.unparse(parameter.annotation) if parameter.annotation else ""
+            if "device" in parameter.arg and re.fullmatch(r"str( \| None)?", annotation):
+                found.append(f"{name}({parameter.arg})")
+    return found
+
+
+def test_the_device_layer_takes_the_spec() -> None:
+    """The runtime's functions take the ``DeviceSpec`` their caller resolved: no device-type string, no look-up."""
+    for module in SPEC_TAKERS:
+        assert device_type_parameters(module) == [], f"{module}: take `spec: DeviceSpec` instead"
+        assert resolutions(module) == {}, f"{module} resolves a device type again: take the caller's spec"
+
+
+def test_the_kit_resolves_the_device_once_where_it_enters() -> None:
+    """Along the validation kit's path a device type becomes its spec only where it enters, once there; every
+    function after that receives the spec (a function that takes a device type as a string is a second entry)."""
+    for module, entries in KIT_PATH.items():
+        found = resolutions(module)
+        assert set(found) <= set(entries), (f"{module}: {sorted(set(found) - set(entries))} resolve a device type"
+                                            " that an earlier function already resolved: pass its spec")
+        assert {name: n for name, n in found.items() if n > 1} == {}, f"{module}: resolve once per entry"
+        strings = [p for p in device_type_parameters(module) if p.split("(")[0] not in entries]
+        assert strings == [], f"{module}: {strings} take a device type as a string: take its spec"
+
+
+def test_the_structure_checks_see_a_resolution() -> None:
+    """The checks above read the code they are meant to: the places where a device enters resolve it."""
+    assert resolutions("lightning_anyaccel.kit.validate") == {"main": 1}
+    assert resolutions("lightning_anyaccel.device.devices")["device_of"] == 1  # its look-up in the table

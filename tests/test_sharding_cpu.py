@@ -181,9 +181,10 @@ def test_fsdp2_builds_its_mesh_on_the_device(job, front_end):
 def deepspeed_runs_on(device_type: str) -> bool:
     """Whether DeepSpeed trains on ``device_type`` here: the package's rule (DeepSpeed's own accelerator list
     and probe), which refuses the device up front otherwise."""
+    from lightning_anyaccel.device.devices import get_spec
     from lightning_anyaccel.strategies.support import deepspeed_support
 
-    return HAS_DEEPSPEED and deepspeed_support(device_type).supported
+    return HAS_DEEPSPEED and deepspeed_support(get_spec(device_type)).supported
 
 
 #: On the device under test: strategy -> (parameters and optimizer state on the rank's device, else in host

@@ -350,7 +350,7 @@ def test_ddp_strategy_instance_and_registry_names(front_end: FrontEndCase, devic
     built = front_end.build(accelerator=front_end.package.AnyAccelerator(), strategy=ddp(start_method="spawn"), devices=2)
     assert built.strategy.launcher.__class__.__name__ == "AnyMultiProcessingLauncher"
     assert built.world_size == 2
-    if runtime.is_initialized(device.type) and not get_spec(device.type).fork_safe_after_init:
+    if runtime.is_initialized(spec := get_spec(device.type)) and not spec.fork_safe_after_init:
         # an earlier test used the device in this process: forking is refused, naming what works
         with pytest.raises(ForkAfterInitError, match="any_ddp_spawn"):
             front_end.build(accelerator=front_end.package.AnyAccelerator(), strategy=ddp(start_method="fork"), devices=2)

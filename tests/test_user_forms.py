@@ -174,7 +174,8 @@ def test_mixing_the_two_packages_fails_fast() -> None:
 
 def test_verify_fit_runs_with_pytorch_lightning() -> None:
     """``verify --frontend pytorch_lightning``'s fit, in-process (the other checks do not use Lightning)."""
+    from lightning_anyaccel.device.devices import get_spec
     from lightning_anyaccel.kit import verify
 
-    assert verify.check_fit("cpu", "pytorch_lightning").startswith("4 steps on cpu")
+    assert verify.check_fit(get_spec("cpu"), "pytorch_lightning").startswith("4 steps on cpu")
     assert verify.main(["--frontend", "pytorch_lightning", "--device", "not-a-device"]) == 1  # its report, failed

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from conftest import ROOT
+from lightning_anyaccel.device.devices import get_spec
 from lightning_anyaccel.kit import validate
 from lightning_anyaccel.kit.tools import records
 
@@ -84,8 +85,8 @@ def test_a_device_the_machine_lacks_is_one_line(capsys, tmp_path):
 
 def test_a_skipped_check_says_why_and_proves_nothing():
     check = validate.BY_NAME["collective"]
-    assert validate.skip_reason(check, "cpu", 1) == "needs 2 cpu devices, found 1"
-    assert validate.skip_reason(validate.BY_NAME["16-mixed"], "mps", 1) is None
+    assert validate.skip_reason(check, get_spec("cpu"), 1) == "needs 2 cpu devices, found 1"
+    assert validate.skip_reason(validate.BY_NAME["16-mixed"], get_spec("mps"), 1) is None
     summary = records.summarise({"validate::collective": records.Outcome("skipped", (), None, "needs 2")})
     assert summary["features"] == {} and summary["skipped"] == 1
 

@@ -4,7 +4,10 @@ Lightning's connector calls ``is_available``, ``parse_devices`` and ``get_parall
 the accelerator *class*, not the instance, so the device type has to live on the class.
 ``AnyAccelerator("xpu")`` therefore returns an instance of a small per-device subclass
 (``AnyAccelerator[xpu]``) made once by :meth:`AnyAccelerator.bound`; all behaviour lives here,
-in the base class, and reads the device table. Which strategy trains with it is decided by
+in the base class, and reads the device type's spec. The spec is resolved once where the device
+enters: an instance resolves it when it is made (or takes the :class:`~lightning_anyaccel.device.spec.DeviceSpec`
+it is given) and keeps it as :attr:`AnyAccelerator.spec`; each method Lightning calls on the class resolves
+it once and passes it on. Which strategy trains with it is decided by
 :mod:`lightning_anyaccel.wiring.policy`, for the Trainer and Fabric alike.
 
 Example:
@@ -27,15 +30,9 @@ from typing_extensions import override
 
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.device import runtime
-from lightning_anyaccel.device.devices import (
-    DEVICE_TABLE,
-    device_of,
-    get_spec,
-    is_host,
-    known_device_types,
-    present_device_types,
-)
+from lightning_anyaccel.device.devices import DEVICE_TABLE, get_spec, known_device_types, present_device_types
 from lightning_anyaccel.device.precision import check_device_supports
+from lightning_anyaccel.device.spec import DeviceSpec
 from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
@@ -67,7 +64,8 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
     """Accelerator for any ``torch.device`` type PyTorch knows (see :func:`~lightning_anyaccel.device.devices.get_spec`).
 
     Args:
-        device_type: ``"xpu"``, ``"hpu"``, ``"npu"``, ``"cuda"``, ... or ``None`` for the accelerator
+        device_type: ``"xpu"``, ``"hpu"``, ``"npu"``, ``"cuda"``, ... (or its
+            :class:`~lightning_anyaccel.device.spec.DeviceSpec`), or ``None`` for the accelerator
             ``torch.accelerator`` reports (``"cpu"`` when there is none).
 
     Raises:
@@ -80,19 +78,24 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
     found_by_auto: int | None = None
     #: The unbound class a per-device class was made from (what pickle rebuilds through).
     _unbound: ClassVar[type]
+    #: The device type's spec, resolved once when this instance was made.
+    spec: DeviceSpec
 
-    def __new__(cls, device_type: str | None = None) -> AnyAccelerator:
+    def __new__(cls, device_type: str | DeviceSpec | None = None) -> AnyAccelerator:
+        spec = device_type if isinstance(device_type, DeviceSpec) else get_spec(
+            device_type or cls.device_type or runtime.detect_device_type())
         if cls.device_type is None:
-            cls = cls.bound(device_type or runtime.detect_device_type())
-        elif device_type is not None and device_type != cls.device_type:
-            raise ValueError(f"{cls.__qualname__} is for {cls.device_type!r}, not {device_type!r}.")
-        return super().__new__(cls)
+            cls = cls.bound(spec)
+        elif spec.type != cls.device_type:
+            raise ValueError(f"{cls.__qualname__} is for {cls.device_type!r}, not {spec.type!r}.")
+        instance = super().__new__(cls)
+        instance.spec = spec
+        return instance
 
-    def __init__(self, device_type: str | None = None) -> None:
+    def __init__(self, device_type: str | DeviceSpec | None = None) -> None:
         super().__init__()
-        assert self.device_type is not None
-        if not runtime.is_available(self.device_type):
-            spec = get_spec(self.device_type)
+        spec = self.spec
+        if not runtime.is_available(spec):
             raise runtime.DeviceNotAvailableError(
                 f"AnyAccelerator({self.device_type!r}): PyTorch sees no {spec.name} device here."
                 f" Install {spec.install}"
@@ -110,8 +113,9 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         return f"AnyAccelerator({self.device_type!r})"
 
     @classmethod
-    def _type(cls) -> str:
-        return cls.device_type or runtime.detect_device_type()
+    def _spec(cls) -> DeviceSpec:
+        """The spec of the class's device type (of the reported one on the unbound class), resolved for one call."""
+        return get_spec(cls.device_type or runtime.detect_device_type())
 
     # ----- what the connector asks the class -------------------------------------------------
 
@@ -130,7 +134,7 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
     @override
     def auto_device_count(cls) -> int:
         """All visible devices of this type (1 on CPU: one process), counted without initialising them."""
-        return runtime.device_count(cls._type())
+        return runtime.device_count(cls._spec())
 
     @classmethod
     @override
@@ -143,11 +147,11 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         Raises:
             DeviceCountError: zero, negative or too many devices, or an index that does not exist.
         """
-        device_type = cls._type()
-        if is_host(device_type):
+        spec = cls._spec()
+        if spec.host:
             return _lightning.parse_cpu_cores(devices)
-        available = runtime.device_count(device_type)
-        name = get_spec(device_type).name
+        available = runtime.device_count(spec)
+        device_type, name = spec.type, spec.name
         indices = _device_indices(devices, available)
         if not indices:
             raise DeviceCountError(f"devices={devices!r} selects no {name} device. Pass a positive count or indices.")
@@ -159,7 +163,7 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
                 f"devices={devices!r} asks for {name} device(s) {missing}, but this machine has {available}"
                 f" ({device_type}:0..{available - 1})."
                 f" Use devices={available} or -1 for all of them, or fewer; for more processes per node, add nodes"
-                " with num_nodes." + (f" {get_spec(device_type).count_hint}" if get_spec(device_type).count_hint else "")
+                " with num_nodes." + (f" {spec.count_hint}" if spec.count_hint else "")
                 if available
                 else f"devices={devices!r} asks for {name} devices, but none are visible to PyTorch."
             )
@@ -179,11 +183,11 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
             DeviceCountError: indices other than ``0..n-1`` on such a device type, naming the
                 variable that selects the cards.
         """
-        device_type = cls._type()
-        if is_host(device_type):
-            return [device_of(device_type)] * int(devices)
+        spec = cls._spec()
+        if spec.host:
+            return [spec.device()] * int(devices)
         indices = list(range(devices)) if isinstance(devices, int) else [int(index) for index in devices]
-        return process_devices([torch.device(device_type, index) for index in indices])
+        return _process_devices(spec, [spec.device(index) for index in indices])
 
     # ----- per-process hooks --------------------------------------------------------------------
 
@@ -195,16 +199,15 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
             DeviceTypeError: when a strategy hands over a device of another type (the policy in
                 :mod:`lightning_anyaccel.wiring.policy` refuses such strategies before they start).
         """
-        assert self.device_type is not None
-        if device.type != self.device_type:
+        if device.type != self.spec.type:
             raise DeviceTypeError(
                 f"{self!r} was given the device {device}. Use a strategy on {self.device_type!r}"
                 " devices, e.g. strategy='any_single' or 'any_ddp', or no strategy."
             )
-        runtime.set_device_index(device)
+        runtime.set_device_index(self.spec, device.index)
         seed = runtime.global_seed()
         if seed is not None:
-            runtime.seed(self.device_type, seed)
+            runtime.seed(self.spec, seed)
 
     @override
     def setup(self, trainer: Any) -> None:
@@ -215,21 +218,20 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         would otherwise step the same shared-memory weights.
         """
         strategy = trainer.strategy
-        check_device_supports(getattr(strategy.precision_plugin, "precision", ""), strategy.root_device)
+        check_device_supports(getattr(strategy.precision_plugin, "precision", ""), self.spec, strategy.root_device)
         module = strategy.lightning_module
-        if is_host(self.device_type) and module is not None and any(p.is_shared() for p in module.parameters()):
+        if self.spec.host and module is not None and any(p.is_shared() for p in module.parameters()):
             _lightning.disable_module_memory_sharing(module)
 
     @override
     def teardown(self) -> None:
         """Give cached device memory back so the next fit (or another process) can use it."""
-        assert self.device_type is not None
-        runtime.empty_cache(self.device_type)
+        runtime.empty_cache(self.spec)
 
     @override
     def get_device_stats(self, device: Any) -> dict[str, Any]:
         """Memory statistics for :class:`~lightning.pytorch.callbacks.DeviceStatsMonitor`."""
-        return runtime.memory_stats(torch.device(device))
+        return runtime.memory_stats(self.spec, torch.device(device).index)
 
     @classmethod
     @override
@@ -240,32 +242,32 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
         )
         for device_type in dict.fromkeys([*DEVICE_TABLE, *present_device_types()]):
             try:
-                cls.register_device_type(accelerator_registry, device_type)
+                cls.register_device_type(accelerator_registry, get_spec(device_type))
             except Exception as err:  # noqa: BLE001 - a broken device must not break `import lightning_anyaccel`
                 log.warning("lightning-anyaccel: accelerator=%r not registered: %s", device_type, err)
 
     @classmethod
-    def register_device_type(cls, accelerator_registry: Any, device_type: str) -> None:
-        """Register ``accelerator="<device_type>"``, unless Lightning has its own accelerator of that name."""
-        spec = get_spec(device_type)
+    def register_device_type(cls, accelerator_registry: Any, spec: DeviceSpec) -> None:
+        """Register ``accelerator="<type>"`` for ``spec``, unless Lightning has its own accelerator of that name."""
         if spec.lightning_builtin is None:
             accelerator_registry.register(
-                device_type, cls.bound(device_type), description=f"{spec.name} via lightning-anyaccel", override=True
+                spec.type, cls.bound(spec), description=f"{spec.name} via lightning-anyaccel", override=True
             )
 
     @classmethod
-    def bound(cls, device_type: str) -> type[AnyAccelerator]:
-        """The subclass of this (unbound) class for ``device_type``, made once, then cached.
+    def bound(cls, device: str | DeviceSpec) -> type[AnyAccelerator]:
+        """The subclass of this (unbound) class for a device type (or its spec), made once, then cached.
 
         >>> AnyAccelerator.bound("xpu").__qualname__
         'AnyAccelerator[xpu]'
         """
-        get_spec(device_type)  # unknown types fail here, with the list of known ones
+        spec = device if isinstance(device, DeviceSpec) else get_spec(device)  # unknown types fail here, listing the known
+        device_type = spec.type
         key = (cls, device_type)
         if key not in _CLASSES:
 
-            def is_available() -> bool:
-                return runtime.is_available(device_type)
+            def is_available() -> bool:  # asked by Lightning's connector: resolved at each ask
+                return runtime.is_available(get_spec(device_type))
 
             metaclass: type[type] = type(cls)  # Lightning's Accelerator is an ABC: its metaclass
             _CLASSES[key] = metaclass(
@@ -277,7 +279,7 @@ class AnyAccelerator(AnyAcceleratorMixin, Accelerator):
                     "is_available": staticmethod(is_available),
                     "__qualname__": f"AnyAccelerator[{device_type}]",
                     "__module__": cls.__module__,
-                    "__doc__": f"AnyAccelerator bound to {get_spec(device_type).name}.",
+                    "__doc__": f"AnyAccelerator bound to {spec.name}.",
                 },
             )
         return _CLASSES[key]
@@ -309,9 +311,16 @@ def process_devices(devices: list[torch.device]) -> list[torch.device]:
         DeviceCountError: a list that numbers some devices and not others, or (on a one-card-per-process
             device type) numbers them other than by local rank.
     """
-    if not devices or is_host(devices[0].type) or devices[0].type not in known_device_types():
+    if not devices or devices[0].type not in known_device_types():
         return list(devices)
-    device_type = devices[0].type
+    return _process_devices(get_spec(devices[0].type), devices)
+
+
+def _process_devices(spec: DeviceSpec, devices: list[torch.device]) -> list[torch.device]:
+    """:func:`process_devices` of devices of ``spec``'s type."""
+    if spec.host:
+        return list(devices)
+    device_type = spec.type
     indices = [device.index for device in devices]
     unnumbered = all(index is None for index in indices)
     if not unnumbered and None in indices:
@@ -319,11 +328,11 @@ def process_devices(devices: list[torch.device]) -> list[torch.device]:
             f"parallel_devices={[str(d) for d in devices]} numbers some devices and not others. Give every device"
             f" an index, or none: [torch.device({device_type!r})] * {len(devices)} numbers them by local rank."
         )
-    env = get_spec(device_type).process_device_env
+    env = spec.process_device_env
     if env is None:
         return [torch.device(device_type, i) for i in range(len(devices))] if unnumbered else list(devices)
     if not unnumbered and indices != list(range(len(devices))) and set(indices) != {0}:
-        name = get_spec(device_type).name
+        name = spec.name
         cards = ",".join(str(i) for i in indices)
         raise DeviceCountError(
             f"{name}: each process sees only its own card, as {device_type}:0, and local rank i gets the i-th card"

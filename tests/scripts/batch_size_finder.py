@@ -20,6 +20,7 @@ from torch import nn
 
 import lightning_anyaccel  # noqa: F401  (registers the package with both Lightning packages)
 from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import get_spec
 from lightning_anyaccel.kit.tools.demo import demo_data
 
 warnings.filterwarnings("ignore")
@@ -60,16 +61,17 @@ def wide_model(base: type) -> type:
 def main() -> None:
     device = torch.accelerator.current_accelerator()
     result("device", device)
+    spec = get_spec(device.type)
     for package in ("lightning", "pytorch_lightning"):
         pl = importlib.import_module("lightning.pytorch" if package == "lightning" else "pytorch_lightning")
         tuner = importlib.import_module(f"{pl.__name__}.tuner")
         model = wide_model(pl.LightningModule)()
         trainer = pl.Trainer(accelerator="any", devices=1, max_steps=2, logger=False, enable_checkpointing=False,
                              enable_progress_bar=False, enable_model_summary=False)
-        ooms = runtime.memory_stats(torch.device(device.type, 0)).get("num_ooms", 0)
+        ooms = runtime.memory_stats(spec, 0).get("num_ooms", 0)
         found = tuner.Tuner(trainer).scale_batch_size(model, mode="power", steps_per_trial=1, init_val=512,
                                                             max_trials=12)
-        hit = runtime.memory_stats(torch.device(device.type, 0)).get("num_ooms", 0) > ooms
+        hit = runtime.memory_stats(spec, 0).get("num_ooms", 0) > ooms
         result(f"{package} batch size", found)
         result(f"{package} out of memory at", max(model.tried) if hit else "never")
         trainer.fit(model)

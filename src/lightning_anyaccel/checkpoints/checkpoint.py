@@ -31,7 +31,7 @@ from typing_extensions import override
 from lightning_anyaccel.checkpoints import atomic_commit
 from lightning_anyaccel.checkpoints.atomic_commit import TMP_SUFFIX, CheckpointPath
 from lightning_anyaccel.device import runtime
-from lightning_anyaccel.device.devices import is_host, known_device_types
+from lightning_anyaccel.device.devices import get_spec, known_device_types
 from lightning_anyaccel.troubleshooting import LinkedError
 
 
@@ -42,11 +42,10 @@ def portable_map_location(storage: Any, location: str) -> Any:
     ``MyModel.load_from_checkpoint(path, map_location=portable_map_location)``.
     """
     device_type, _, index = location.partition(":")
-    if is_host(device_type):
-        return None
-    if device_type in known_device_types() and int(index or 0) < runtime.device_count(device_type):
-        return None
-    return storage.cpu()
+    if device_type not in known_device_types():
+        return storage.cpu()
+    spec = get_spec(device_type)
+    return None if spec.host or int(index or 0) < runtime.device_count(spec) else storage.cpu()
 
 
 class CheckpointSaveError(LinkedError, OSError):

@@ -263,7 +263,8 @@ def device_of(device_type: str, index: int = 0) -> torch.device:
     >>> device_of("xpu", 1), device_of("cpu", 1)
     (device(type='xpu', index=1), device(type='cpu'))
     """
-    return torch.device(device_type) if is_host(device_type) else torch.device(device_type, index)
+    known = DEVICE_TABLE.get(device_type)
+    return known.device(index) if known is not None else torch.device(device_type, index)
 
 
 def _torch_state(device_type: str) -> tuple[Any, ...]:

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from lightning_anyaccel import _lightning
 from lightning_anyaccel.device import runtime
 from lightning_anyaccel.device.devices import NOT_REAL_BACKENDS, derive_backend, get_spec
+from lightning_anyaccel.device.spec import DeviceSpec
 from lightning_anyaccel.troubleshooting import LinkedError
 
 log = logging.getLogger(__name__)
@@ -53,20 +54,30 @@ def resolve_backend(device: torch.device, explicit: str | None = None) -> str:
         BackendError: no backend for the device (it supports one device only), a backend that can
             not carry its tensors, or one not registered in this process, each naming the fix.
     """
-    spec = get_spec(device.type)
+    return spec_backend(get_spec(device.type), explicit)
+
+
+def spec_backend(spec: DeviceSpec, explicit: str | None = None) -> str:
+    """:func:`resolve_backend` for a device type whose spec the caller holds.
+
+    >>> from lightning_anyaccel.device.devices import get_spec
+    >>> spec_backend(get_spec("cpu"))
+    'gloo'
+    """
+    device_type = spec.type
     name: str | None
     if explicit:
         name = explicit.lower()
     else:
-        mapped = dist.Backend.default_device_backend_map.get(device.type)
-        carries = device.type in dist.Backend.backend_capability.get(mapped or "", [device.type])
+        mapped = dist.Backend.default_device_backend_map.get(device_type)
+        carries = device_type in dist.Backend.backend_capability.get(mapped or "", [device_type])
         name = mapped if mapped and mapped not in NOT_REAL_BACKENDS and carries else spec.backend
         if spec.backend is None and name is None:
             raise BackendError(
-                f"{spec.name} has no collective backend for {device.type!r} in this PyTorch, so it supports one"
+                f"{spec.name} has no collective backend for {device_type!r} in this PyTorch, so it supports one"
                 " device only: use devices=1 (strategy='any_single'). For several devices, the vendor's package"
                 " must register its backend for the device type, as torch's API for it does:"
-                f" `torch.distributed.Backend.register_backend(NAME, create_fn, devices=[{device.type!r}])`."
+                f" `torch.distributed.Backend.register_backend(NAME, create_fn, devices=[{device_type!r}])`."
             )
     assert name is not None
     if name in NOT_REAL_BACKENDS:
@@ -81,19 +92,19 @@ def resolve_backend(device: torch.device, explicit: str | None = None) -> str:
         registers = spec.backend_module or spec.vendor_module
         hint = f"install {spec.install}" + (f" and `import {registers}`" if registers else "")
         raise BackendError(
-            f"The collective backend {name!r} for {spec.name} ({device.type!r}) is not registered in this"
+            f"The collective backend {name!r} for {spec.name} ({device_type!r}) is not registered in this"
             f" PyTorch (registered: {', '.join(sorted(set(dist.Backend.backend_list) - NOT_REAL_BACKENDS))})."
             f" To fix: {hint}, or pass a registered one with `AnyDDPStrategy(process_group_backend=...)`."
         )
     carried = dist.Backend.backend_capability.get(name)
-    if explicit and carried is not None and device.type not in carried:
-        own = derive_backend(device.type) or spec.backend
+    if explicit and carried is not None and device_type not in carried:
+        own = derive_backend(device_type) or spec.backend
         raise BackendError(
-            f"process_group_backend={name!r} can not carry {spec.name} ({device.type!r}) tensors: torch registered"
+            f"process_group_backend={name!r} can not carry {spec.name} ({device_type!r}) tensors: torch registered"
             f" it for {', '.join(carried)} only. "
             + (f"Pass process_group_backend={own!r}, or none (the package picks it)." if own and own != name else
                f"{spec.name} has no collective backend in this PyTorch: use devices=1, or register the vendor's"
-               f" backend with `torch.distributed.Backend.register_backend(NAME, create_fn, devices=[{device.type!r}])`.")
+               f" backend with `torch.distributed.Backend.register_backend(NAME, create_fn, devices=[{device_type!r}])`.")
         )
     return name
 
@@ -205,7 +216,7 @@ def check_fork_safe(device_type: str) -> None:
     >>> check_fork_safe("cpu")
     """
     spec = get_spec(device_type)
-    if spec.fork_safe_after_init or not runtime.is_initialized(device_type):
+    if spec.fork_safe_after_init or not runtime.is_initialized(spec):
         return
     raise ForkAfterInitError(
         f"{spec.name} was already initialised in this process, so forked workers cannot use it."

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from lightning_anyaccel.device.devices import get_spec, is_host
-from lightning_anyaccel.device.spec import PRECISION_DTYPES
+from lightning_anyaccel.device.devices import get_spec
+from lightning_anyaccel.device.spec import PRECISION_DTYPES, DeviceSpec
 from lightning_anyaccel.troubleshooting import LinkedError
 
 
@@ -36,10 +36,16 @@ def check_precision(precision: str, device_type: str) -> None:
     >>> check_precision("bf16-mixed", "cpu")
     >>> check_precision("16-mixed", "cpu")
     """
+    if precision in PRECISION_DTYPES:
+        check_spec_precision(precision, get_spec(device_type))
+
+
+def check_spec_precision(precision: str, spec: DeviceSpec) -> None:
+    """:func:`check_precision` on a device type whose spec the caller holds."""
     dtype = PRECISION_DTYPES.get(precision)
     if dtype is None:
         return
-    spec = get_spec(device_type)
+    device_type = spec.type
     if not spec.supports_precision(precision) or not torch.amp.is_autocast_available(device_type):
         choices = [flag for flag, name in PRECISION_DTYPES.items() if name in spec.autocast_dtypes]
         choices.append("32-true")
@@ -82,19 +88,19 @@ def align_precision_plugin(plugin: Any, device_type: str) -> Any:
     return mixed_precision_plugin(precision, device_type, factory=type(plugin))
 
 
-def check_device_supports(precision: str, device: torch.device) -> None:
-    """Ask the device itself whether it can do ``precision`` (e.g. bf16 on pre-Ampere CUDA GPUs).
+def check_device_supports(precision: str, spec: DeviceSpec, device: torch.device) -> None:
+    """Ask ``device`` (of ``spec``'s type) itself whether it can do ``precision`` (e.g. bf16 on pre-Ampere CUDA GPUs).
 
     This may initialise the device, so it runs in the training process (from
     ``AnyAccelerator.setup_device``), never in a parent that still has to fork.
     """
-    if PRECISION_DTYPES.get(precision) != "bf16" or is_host(device.type):
+    if PRECISION_DTYPES.get(precision) != "bf16" or spec.host:
         return
     from lightning_anyaccel.device.runtime import device_module
 
-    probe = getattr(device_module(device.type), "is_bf16_supported", None)
+    probe = getattr(device_module(spec), "is_bf16_supported", None)
     if callable(probe) and not probe():
         raise PrecisionNotSupportedError(
-            f"precision={precision!r}: the {get_spec(device.type).name} at {device} does not support bfloat16."
+            f"precision={precision!r}: the {spec.name} at {device} does not support bfloat16."
             " Use precision='16-mixed' or '32-true'."
         )

@@ -1,17 +1,18 @@
 """Small, device-generic wrappers around PyTorch's device APIs.
 
-Each function takes a device type (``"xpu"``, ``"hpu"``, ...) and answers through
-``torch.accelerator`` / ``torch.get_device_module`` plus what :mod:`lightning_anyaccel.device.devices`
-says about that type. Nothing here branches on a device name, and nothing initialises a
+Each function takes the device type's :class:`~lightning_anyaccel.device.spec.DeviceSpec`, resolved
+once by the caller (:func:`~lightning_anyaccel.device.devices.get_spec`), and answers through
+``torch.accelerator`` / ``torch.get_device_module`` plus what the spec says; none resolves a device
+type again. Nothing here branches on a device name, and nothing initialises a
 device unless its docstring says so (counting devices must stay fork-safe). ``torch.accelerator``
 APIs newer than the torch floor are feature-detected in :mod:`lightning_anyaccel._compat` and
 preferred where present; the device module is the fallback.
 
 Example:
-    >>> from lightning_anyaccel.device.devices import known_device_types
+    >>> from lightning_anyaccel.device.devices import get_spec, known_device_types
     >>> detect_device_type() in known_device_types()
     True
-    >>> device_count("cpu")
+    >>> device_count(get_spec("cpu"))
     1
 """
 
@@ -27,7 +28,8 @@ from typing import Any
 import torch
 
 from lightning_anyaccel import _compat, _lightning
-from lightning_anyaccel.device.devices import DEVICE_TABLE, get_spec, is_host
+from lightning_anyaccel.device.devices import DEVICE_TABLE
+from lightning_anyaccel.device.spec import DeviceSpec
 from lightning_anyaccel.troubleshooting import LinkedError
 
 
@@ -40,15 +42,16 @@ def _vendor_installed(module: str) -> bool:
     return top in sys.modules or importlib.util.find_spec(top) is not None
 
 
-def import_vendor_module(device_type: str) -> bool:
-    """Import the vendor package that registers ``device_type`` with PyTorch, if it is installed.
+def import_vendor_module(spec: DeviceSpec) -> bool:
+    """Import the vendor package that registers ``spec``'s device type with PyTorch, if it is installed.
 
     Returns ``True`` when the package was importable (or none is needed).
 
-    >>> import_vendor_module("cpu")
+    >>> from lightning_anyaccel.device.devices import get_spec
+    >>> import_vendor_module(get_spec("cpu"))
     True
     """
-    module = get_spec(device_type).vendor_module
+    module = spec.vendor_module
     if module is None:
         return True
     if module in sys.modules:
@@ -75,7 +78,7 @@ def detect_device_type() -> str:
     for spec in DEVICE_TABLE.values():
         if spec.vendor_module and spec.vendor_module not in sys.modules and _vendor_installed(spec.vendor_module):
             try:
-                import_vendor_module(spec.type)
+                import_vendor_module(spec)
             except Exception:  # a broken vendor install must not break CPU users
                 continue
             accelerator = _compat.current_accelerator()
@@ -84,65 +87,68 @@ def detect_device_type() -> str:
     return "cpu"
 
 
-def device_module(device_type: str) -> ModuleType:
-    """``torch.<device_type>`` (``torch.xpu``, ``torch.hpu``, ...), importing the vendor package first.
+def device_module(spec: DeviceSpec) -> ModuleType:
+    """``torch.<type>`` (``torch.xpu``, ``torch.hpu``, ...) of ``spec``'s device type, importing the vendor package first.
 
     Raises:
         DeviceNotAvailableError: PyTorch has no module for this device type, with the install hint.
 
-    >>> device_module("cpu").__name__
+    >>> from lightning_anyaccel.device.devices import get_spec
+    >>> device_module(get_spec("cpu")).__name__
     'torch.cpu'
     """
-    spec = get_spec(device_type)
     try:
-        import_vendor_module(device_type)
-        return torch.get_device_module(device_type)
+        import_vendor_module(spec)
+        return torch.get_device_module(spec.type)
     except (RuntimeError, ImportError, AttributeError) as err:
         vendor = f" and `import {spec.vendor_module}`" if spec.vendor_module else ""
         raise DeviceNotAvailableError(
-            f"PyTorch in this environment does not know the device type {device_type!r} ({spec.name})."
+            f"PyTorch in this environment does not know the device type {spec.type!r} ({spec.name})."
             f" Install {spec.install}{vendor}, or choose another device, e.g. `AnyAccelerator('cpu')`."
         ) from err
 
 
-def is_available(device_type: str) -> bool:
-    """Whether at least one ``device_type`` device is usable here. Does not initialise the device.
+def is_available(spec: DeviceSpec) -> bool:
+    """Whether at least one device of ``spec``'s type is usable here. Does not initialise the device.
 
-    >>> is_available("cpu")
+    >>> from lightning_anyaccel.device.devices import get_spec
+    >>> is_available(get_spec("cpu"))
     True
     """
-    if is_host(device_type):
+    if spec.host:
         return True
     try:
-        module = device_module(device_type)
+        module = device_module(spec)
     except DeviceNotAvailableError:
         return False
     return bool(module.is_available())
 
 
-def device_count(device_type: str) -> int:
-    """How many ``device_type`` devices this process can see, without initialising them.
+def device_count(spec: DeviceSpec) -> int:
+    """How many devices of ``spec``'s type this process can see, without initialising them.
 
     CPU counts as one device (Lightning starts one process per requested "CPU device").
 
-    >>> device_count("cpu")
+    >>> from lightning_anyaccel.device.devices import get_spec
+    >>> device_count(get_spec("cpu"))
     1
     """
-    if is_host(device_type) or not is_available(device_type):
-        return 1 if is_host(device_type) else 0
-    return int(device_module(device_type).device_count())
+    if spec.host or not is_available(spec):
+        return 1 if spec.host else 0
+    return int(device_module(spec).device_count())
 
 
-def is_initialized(device_type: str) -> bool:
-    """Whether this process already initialised ``device_type`` (then ``fork`` is unsafe on most devices).
+def is_initialized(spec: DeviceSpec) -> bool:
+    """Whether this process already initialised ``spec``'s device type (then ``fork`` is unsafe on most devices).
 
-    >>> is_initialized("cpu")
+    >>> from lightning_anyaccel.device.devices import get_spec
+    >>> is_initialized(get_spec("cpu"))
     False
     """
-    if is_host(device_type):
+    if spec.host:
         return False
     try:
-        module = device_module(device_type)
+        module = device_module(spec)
     except DeviceNotAvailableError:
         return False
     probe = getattr(module, "is_initialized", None)
@@ -151,24 +157,24 @@ def is_initialized(device_type: str) -> bool:
     return _lightning.is_in_bad_fork(module)
 
 
-def seed(device_type: str, value: int) -> bool:
-    """Seed every ``device_type`` generator with ``value`` through the device module.
+def seed(spec: DeviceSpec, value: int) -> bool:
+    """Seed every generator of ``spec``'s device type with ``value`` through the device module.
 
     Returns whether a seeding function was found. CPU is seeded by ``torch.manual_seed``. The
     current accelerator is seeded by ``torch.accelerator.random.manual_seed_all`` where this torch
     has it, other device types by their device module's functions (``spec.seed_functions``).
 
-    >>> seed("cpu", 0)
+    >>> from lightning_anyaccel.device.devices import get_spec
+    >>> seed(get_spec("cpu"), 0)
     False
     """
-    spec = get_spec(device_type)
     if not spec.seed_functions:
         return False
     random = _compat.accelerator_random()
-    if random is not None and _is_current(device_type):
+    if random is not None and _is_current(spec):
         random.manual_seed_all(value)
         return True
-    module = device_module(device_type)
+    module = device_module(spec)
     for name in spec.seed_functions:
         fn = getattr(module, name, None)
         if callable(fn):
@@ -183,43 +189,48 @@ def global_seed() -> int | None:
     return int(value) if value is not None else None
 
 
-def memory_stats(device: torch.device) -> dict[str, Any]:
-    """Memory statistics of ``device`` for :class:`~lightning.pytorch.callbacks.DeviceStatsMonitor`.
+def memory_stats(spec: DeviceSpec, index: int | None = None) -> dict[str, Any]:
+    """Memory statistics of device ``index`` of ``spec``'s type, for :class:`~lightning.pytorch.callbacks.DeviceStatsMonitor`.
 
-    The source follows the device spec: ``torch.accelerator.memory_stats`` for the current
-    accelerator where the device answers it, else the device module's ``memory_stats`` (none:
-    empty), MPS's own counters, and host memory/CPU load for ``cpu``.
+    The source follows the spec: ``torch.accelerator.memory_stats`` for the current accelerator
+    where the device answers it, else the device module's ``memory_stats`` (none: empty), MPS's own
+    counters, and host memory/CPU load for ``cpu``. ``index=None``: the current device.
+
+    >>> from lightning_anyaccel.device.devices import get_spec
+    >>> "cpu_percent" in memory_stats(get_spec("cpu"))
+    True
     """
-    source = get_spec(device.type).memory_stats
+    source = spec.memory_stats
     if source == "cpu":
         from lightning.pytorch.accelerators.cpu import get_cpu_stats
 
         return dict(get_cpu_stats())
-    module = device_module(device.type)
+    module = device_module(spec)
     if source == "mps":
         return {
             "allocated_bytes": module.current_allocated_memory(),
             "driver_allocated_bytes": module.driver_allocated_memory(),
         }
     stats = _compat.accelerator_function("memory_stats")
-    if source == "accelerator" and stats is not None and _is_current(device.type):
+    if source == "accelerator" and stats is not None and _is_current(spec):
         try:
-            return dict(stats(device.index))
+            return dict(stats(index))
         except (RuntimeError, NotImplementedError):  # the device does not answer torch.accelerator: ask its module
             pass
     module_stats = getattr(module, "memory_stats", None)
-    return dict(module_stats(device)) if callable(module_stats) else {}
+    where = torch.device(spec.type) if index is None else torch.device(spec.type, index)
+    return dict(module_stats(where)) if callable(module_stats) else {}
 
 
-def empty_cache(device_type: str) -> None:
-    """Release cached, unused memory of ``device_type`` back to the driver (no-op on CPU)."""
-    if is_host(device_type) or not is_available(device_type):
+def empty_cache(spec: DeviceSpec) -> None:
+    """Release cached, unused memory of ``spec``'s device type back to the driver (no-op on CPU)."""
+    if spec.host or not is_available(spec):
         return
     accelerator_empty_cache = _compat.accelerator_function("empty_cache")
-    if accelerator_empty_cache is not None and _is_current(device_type):
+    if accelerator_empty_cache is not None and _is_current(spec):
         accelerator_empty_cache()
         return
-    fn = getattr(device_module(device_type), "empty_cache", None)
+    fn = getattr(device_module(spec), "empty_cache", None)
     if callable(fn):
         fn()
 
@@ -246,18 +257,18 @@ def is_out_of_memory(error: BaseException) -> bool:
             and "out of memory" in error.args[0].lower())
 
 
-def set_device_index(device: torch.device) -> None:
-    """Make ``device`` the current device of this process (no-op on CPU and for index-less devices)."""
-    if is_host(device.type) or device.index is None:
+def set_device_index(spec: DeviceSpec, index: int | None) -> None:
+    """Make device ``index`` of ``spec``'s type the current device of this process (no-op on CPU and for ``None``)."""
+    if spec.host or index is None:
         return
     set_index = _compat.accelerator_function("set_device_index")
-    if set_index is not None and _is_current(device.type):
-        set_index(device.index)
+    if set_index is not None and _is_current(spec):
+        set_index(index)
     else:
-        device_module(device.type).set_device(device.index)
+        device_module(spec).set_device(index)
 
 
-def _is_current(device_type: str) -> bool:
-    """Whether ``device_type`` is the accelerator ``torch.accelerator`` speaks for (the fast path)."""
+def _is_current(spec: DeviceSpec) -> bool:
+    """Whether ``spec``'s type is the accelerator ``torch.accelerator`` speaks for (the fast path)."""
     current = torch.accelerator.current_accelerator()
-    return current is not None and current.type == device_type
+    return current is not None and current.type == spec.type

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
+
 MemoryStatsSource = Literal["accelerator", "device_module", "mps", "cpu"]
 
 #: Precision flag -> the autocast dtype name it needs.
@@ -87,6 +89,15 @@ class DeviceSpec:
         """
         dtype = PRECISION_DTYPES.get(precision)
         return dtype is None or dtype in self.autocast_dtypes
+
+    def device(self, index: int = 0) -> torch.device:
+        """Device ``index`` of this type (``xpu:1``); the host has one unnumbered device (``cpu``).
+
+        >>> from lightning_anyaccel.device.devices import get_spec
+        >>> get_spec("xpu").device(1), get_spec("cpu").device(1)
+        (device(type='xpu', index=1), device(type='cpu'))
+        """
+        return torch.device(self.type) if self.host else torch.device(self.type, index)
 
 
 __all__ = ["PRECISION_DTYPES", "DeviceSpec", "MemoryStatsSource"]

@@ -24,6 +24,7 @@ from lightning.fabric.utilities.seed import seed_everything as _lightning_seed_e
 from lightning_anyaccel.accelerator import AnyAccelerator  # noqa: F401  (public: __all__ below)
 from lightning_anyaccel.checkpoints.checkpoint import portable_map_location  # noqa: F401  (public: __all__ below)
 from lightning_anyaccel.device import runtime
+from lightning_anyaccel.device.devices import get_spec
 from lightning_anyaccel.device.sharded_precision import AnyFabricFSDPPrecision  # noqa: F401  (public: __all__ below)
 from lightning_anyaccel.fabric import strategies as _strategies
 
@@ -49,9 +50,9 @@ def seed_everything(seed: int | None = None, workers: bool = True, device_type: 
     7
     """
     value = _lightning_seed_everything(seed, workers=workers, verbose=False)
-    device_type = device_type or runtime.detect_device_type()
-    if runtime.is_available(device_type):
-        runtime.seed(device_type, value)
+    spec = get_spec(device_type or runtime.detect_device_type())
+    if runtime.is_available(spec):
+        runtime.seed(spec, value)
     return value
 
 

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_anyaccel.kit.tools import records
 from lightning_anyaccel.kit.tools.validation_checks import (
@@ -47,6 +47,9 @@ from lightning_anyaccel.kit.tools.validation_checks import (
     skip_reason,
     worker,
 )
+
+if TYPE_CHECKING:
+    from lightning_anyaccel.device.spec import DeviceSpec
 
 #: The emulated accelerator of the repository's tests announces itself in this variable: a record of a
 #: run on it is at level "emulated", never "hardware" (lightning_anyaccel.kit.emulator, docs/emulator.md).
@@ -67,13 +70,14 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
 
-def _run_check(check: KitCheck, device_type: str, count: int, env: dict[str, str],
+def _run_check(check: KitCheck, spec: DeviceSpec, count: int, env: dict[str, str],
                control: str = "none") -> records.Outcome:
     from lightning_anyaccel.kit.tools.local_runs import run_bounded
 
+    device_type = spec.type  # what the worker's command line carries; its main resolves it once there
     processes = process_count(check, count)
     compared = parity_processes(check, count)  # the processes of its parity, where it has one here
-    reason = skip_reason(check, device_type, count)
+    reason = skip_reason(check, spec, count)
     if reason:
         return records.Outcome("skipped", check.features, processes, reason)
     with tempfile.TemporaryDirectory(prefix=f"anyaccel-validate-{check.name}-") as tmp:
@@ -90,7 +94,7 @@ def _run_check(check: KitCheck, device_type: str, count: int, env: dict[str, str
             error = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines else "")
             return records.Outcome("failed", check.features, processes, f"exit {proc.returncode}: {error.strip()[:300]}")
         try:
-            detail = judge(check, device_type, processes, ranks)
+            detail = judge(check, spec, processes, ranks)
             if compared is None:
                 if check.parity:  # a check with its own parity, on one device
                     detail += f"; parity with one device not checked: needs 2 {device_type} devices, found {count}"
@@ -103,37 +107,39 @@ def _run_check(check: KitCheck, device_type: str, count: int, env: dict[str, str
             return records.Outcome("failed", check.features, processes, str(err)[:300])
 
 
-def _level(device_type: str) -> str:
+def _level(spec: DeviceSpec) -> str:
     emulated = os.environ.get(EMULATOR_ENV, "").split(":")[0]
-    return "emulated" if emulated == device_type else "hardware"
+    return "emulated" if emulated == spec.type else "hardware"
 
 
-def run(device_type: str, checks: list[KitCheck], record_path: Path, command: str,
+def run(spec: DeviceSpec, checks: list[KitCheck], record_path: Path, command: str,
         echo: Callable[[str], None] = print, control: str = "none") -> dict[str, Any]:
-    """Run ``checks`` on ``device_type``, one after the other with progress lines; write and return the record.
+    """Run ``checks`` on ``spec``'s device type, one after the other with progress lines; write and return the record.
 
     ``control`` breaks every parity run on purpose (the kit's tests: a broken strategy must fail its check).
     """
     from lightning_anyaccel.device import runtime
-    from lightning_anyaccel.device.devices import is_host
     from lightning_anyaccel.kit.tools.local_runs import child_env
 
+    device_type = spec.type
     # CPU: processes, not devices, are the limit (one device, as torch counts it, runs 2 processes)
-    count = 2 if is_host(device_type) else runtime.device_count(device_type)
+    count = 2 if spec.host else runtime.device_count(spec)
     env = child_env(threads=max(1, (os.cpu_count() or 2) // 2))
     outcomes: dict[str, records.Outcome] = {}
     echo(f"validating {device_type} ({count} device{'s' if count != 1 else ''}): {len(checks)} checks")
     for index, check in enumerate(checks, 1):
         started = time.monotonic()
         echo(f"[{index:>2}/{len(checks)}] {check.name} ...")
-        outcome = _run_check(check, device_type, count, env, control)
+        outcome = _run_check(check, spec, count, env, control)
         outcomes[f"validate::{check.name}"] = outcome
         echo(f"[{index:>2}/{len(checks)}] {check.name}: {outcome.outcome.upper()} ({time.monotonic() - started:.0f} s)"
              f" {outcome.reason}")
     root = Path(__file__).resolve().parents[3]  # a checkout's root, where the package is installed editable
-    record = records.build_record(device_type=device_type, level=_level(device_type), tests=outcomes, command=command,
+    level = _level(spec)
+    record = records.build_record(device_type=device_type, level=level, tests=outcomes, command=command,
                                   covers=["src"], root=root if (root / "src" / "lightning_anyaccel").is_dir() else None,
-                                  runner="lightning_anyaccel.validate")
+                                  runner="lightning_anyaccel.validate",
+                                  facts=records.device_facts(spec, emulated=level == "emulated"))
     records.write(record_path, record)
     return record
 
@@ -156,20 +162,19 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.parity_control not in CONTROLS:
         parser.error(f"--parity-control {args.parity_control!r}: one of {', '.join(CONTROLS)}")
-    if args.worker:
-        worker(BY_NAME[args.worker], args.device, args.devices, args.out, args.parity_control)
-        return 0
-
     from lightning_anyaccel.device import runtime
     from lightning_anyaccel.device.devices import get_spec
 
     device_type = args.device or runtime.detect_device_type()
-    try:
-        get_spec(device_type)
-        available = runtime.is_available(device_type)
+    spec: DeviceSpec | None
+    try:  # the one place the device type becomes its spec; everything below takes the spec
+        spec = get_spec(device_type)
     except ValueError:
-        available = False
-    if not available:
+        spec = None
+    if args.worker and spec is not None:  # a check's process: the launching one passed the type it resolved
+        worker(BY_NAME[args.worker], spec, args.devices, args.out, args.parity_control)
+        return 0
+    if spec is None or not runtime.is_available(spec):
         print(f"validate: this machine has no {device_type!r} device (PyTorch here sees"
               f" {runtime.detect_device_type()!r}); install the vendor's PyTorch for it, or leave out --device",
               file=sys.stderr)
@@ -178,11 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown check(s) {unknown}; the checks are {', '.join(BY_NAME)}")
     checks = [BY_NAME[n] for n in args.checks.split(",") if n] if args.checks else list(CHECKS)
-    record_path = args.record or Path(f"{device_type}-{_level(device_type)}.toml")
+    record_path = args.record or Path(f"{device_type}-{_level(spec)}.toml")
     command = shlex.join(["python", "-m", "lightning_anyaccel.validate", *(argv if argv is not None else sys.argv[1:])])
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        record = run(device_type, checks, record_path, command, control=args.parity_control)
+        record = run(spec, checks, record_path, command, control=args.parity_control)
     except (KeyboardInterrupt, Interrupted) as why:
         print(f"validate: interrupted ({why or 'SIGINT'}): every process it started has ended; no record written",
               file=sys.stderr)

@@ -36,7 +36,8 @@ from typing import Any
 import torch
 
 from lightning_anyaccel.device import runtime
-from lightning_anyaccel.device.devices import device_of, get_spec, is_host
+from lightning_anyaccel.device.devices import get_spec
+from lightning_anyaccel.device.spec import DeviceSpec
 from lightning_anyaccel.kit.tools.local_runs import free_port
 
 #: Every wait in the collective check is bounded by this many seconds.
@@ -111,15 +112,15 @@ def _vendor_version(module: str | None) -> str:
     return f"{version} ({state})" if version else state
 
 
-def describe_spec(device_type: str) -> dict[str, Any]:
-    """The device spec the package uses for ``device_type``: where it comes from and what it says.
+def describe_spec(spec: DeviceSpec) -> dict[str, Any]:
+    """The device spec the package uses: where it comes from and what it says.
 
-    >>> describe_spec("cpu")["device spec"]
+    >>> describe_spec(get_spec("cpu"))["device spec"]
     'device table, refined by PyTorch'
     """
     from lightning_anyaccel.device.devices import DEVICE_TABLE, derive_spec
 
-    spec = get_spec(device_type)
+    device_type = spec.type
     derived = derive_spec(device_type) is not None
     source = ("device table, refined by PyTorch" if device_type in DEVICE_TABLE and derived else
               "device table (PyTorch here does not know the type)" if device_type in DEVICE_TABLE else
@@ -140,25 +141,33 @@ def describe(device_type: str) -> dict[str, Any]:
 
     Never raises: a fact that can not be found says why in one line.
     """
+    try:
+        spec = get_spec(device_type)
+    except ValueError:  # the "device" check says why and how to fix it
+        return _describe(None, device_type)
+    return _describe(spec, device_type)
+
+
+def _describe(spec: DeviceSpec | None, asked: str) -> dict[str, Any]:
+    """:func:`describe` with the spec resolved; ``None``: neither torch nor the table knows the type ``asked``."""
     import lightning
 
     import lightning_anyaccel
-    from lightning_anyaccel.device.distributed import resolve_backend
+    from lightning_anyaccel.device.distributed import spec_backend
 
     facts: dict[str, Any] = {}
-    try:
-        facts["device type"] = f"{device_type} ({get_spec(device_type).name})"
-    except ValueError:  # the "device" check says why and how to fix it
-        facts["device type"] = f"{device_type} (unknown to PyTorch here and to the device table)"
+    if spec is None:
+        facts["device type"] = f"{asked} (unknown to PyTorch here and to the device table)"
         facts["device spec"] = "none"
     else:
-        facts.update(_device_facts(device_type))
+        facts["device type"] = f"{spec.type} ({spec.name})"
+        facts.update(_device_facts(spec))
         try:
-            backend = resolve_backend(device_of(device_type))
+            backend = spec_backend(spec)
         except Exception as err:  # noqa: BLE001
             backend = f"unavailable ({_first_line(err)})"
         facts["collective backend"] = backend
-        facts.update(describe_spec(device_type))
+        facts.update(describe_spec(spec))
     facts.update({
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -169,20 +178,20 @@ def describe(device_type: str) -> dict[str, Any]:
     return facts
 
 
-def _device_facts(device_type: str) -> dict[str, Any]:
+def _device_facts(spec: DeviceSpec) -> dict[str, Any]:
     """Count, names and memory of the devices (the host's for CPU)."""
     try:
-        count = runtime.device_count(device_type)
+        count = runtime.device_count(spec)
         names, memory = [], []
-        if not is_host(device_type) and count:
-            module = runtime.device_module(device_type)
+        if not spec.host and count:
+            module = runtime.device_module(spec)
             for index in range(count):
                 get_name = getattr(module, "get_device_name", None)
-                names.append(get_name(index) if callable(get_name) else f"{device_type}:{index}")
+                names.append(get_name(index) if callable(get_name) else f"{spec.type}:{index}")
                 props = getattr(module, "get_device_properties", None)
                 total = getattr(props(index), "total_memory", None) if callable(props) else None
                 memory.append(f"{total / 2**30:.1f} GiB" if total else "unknown")
-        elif is_host(device_type):
+        elif spec.host:
             import psutil
 
             names = [platform.processor() or platform.machine()]
@@ -193,7 +202,7 @@ def _device_facts(device_type: str) -> dict[str, Any]:
             "device memory": ", ".join(memory) or "unknown"}
 
 
-def check_fit(device_type: str, front_end: str = "lightning") -> str:
+def check_fit(spec: DeviceSpec, front_end: str = "lightning") -> str:
     """A 4-step fit on one device with ``front_end``'s Trainer (``"lightning"`` or ``"pytorch_lightning"``).
 
     Returns where the parameters ended up and the first and last loss.
@@ -207,7 +216,7 @@ def check_fit(device_type: str, front_end: str = "lightning") -> str:
     model = _lightning.port(DemoModel, package)()
     logging.getLogger(package.trainer).setLevel(logging.WARNING)
     trainer = Trainer(
-        accelerator=_lightning.port(AnyAccelerator, package)(device_type),
+        accelerator=_lightning.port(AnyAccelerator, package)(spec),
         strategy="any_single",
         devices=1,
         max_steps=4,
@@ -220,19 +229,19 @@ def check_fit(device_type: str, front_end: str = "lightning") -> str:
         warnings.simplefilter("ignore")
         trainer.fit(model, demo_loader())
     device = trainer.strategy.root_device
-    if device.type != device_type:
-        raise AssertionError(f"trained on {device}, expected {device_type}")
+    if device.type != spec.type:
+        raise AssertionError(f"trained on {device}, expected {spec.type}")
     if not all(torch.isfinite(torch.tensor(model.losses))):
         raise AssertionError(f"non-finite loss: {model.losses}")
     return f"4 steps on {device}, loss {model.losses[0]:.3f} -> {model.losses[-1]:.3f}"
 
 
-def _collective_worker(rank: int, device_type: str, backend: str, port: int, queue: Any) -> None:
+def _collective_worker(rank: int, spec: DeviceSpec, backend: str, port: int, queue: Any) -> None:
     import torch.distributed as dist
 
     try:
-        device = device_of(device_type, rank)
-        runtime.set_device_index(device)
+        device = spec.device(rank)
+        runtime.set_device_index(spec, device.index)
         dist.init_process_group(
             backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
             timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S),
@@ -245,17 +254,18 @@ def _collective_worker(rank: int, device_type: str, backend: str, port: int, que
         queue.put((rank, None, f"{type(err).__name__}: {err}"))
 
 
-def check_collective(device_type: str) -> str:
+def check_collective(spec: DeviceSpec) -> str:
     """All-reduce across 2 spawned processes on the device's backend, every wait bounded."""
-    from lightning_anyaccel.device.distributed import resolve_backend
+    from lightning_anyaccel.device.distributed import spec_backend
 
-    if not is_host(device_type) and runtime.device_count(device_type) < 2:
-        raise _Skip(f"needs 2 {device_type} devices, found {runtime.device_count(device_type)}")
-    backend = resolve_backend(device_of(device_type))
+    count = runtime.device_count(spec)
+    if not spec.host and count < 2:
+        raise _Skip(f"needs 2 {spec.type} devices, found {count}")
+    backend = spec_backend(spec)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_collective_worker, args=(r, device_type, backend, port, queue)) for r in range(2)]
+    procs = [ctx.Process(target=_collective_worker, args=(r, spec, backend, port, queue)) for r in range(2)]
     for proc in procs:
         proc.start()
     results = {}
@@ -275,25 +285,25 @@ def check_collective(device_type: str) -> str:
     return f"all_reduce over 2 processes with {backend!r}: 1 + 2 = 3 on every rank"
 
 
-def check_bf16(device_type: str) -> str:
-    """A matmul under ``torch.autocast(device_type, bfloat16)`` must produce bfloat16."""
-    from lightning_anyaccel.device.precision import check_precision
+def check_bf16(spec: DeviceSpec) -> str:
+    """A matmul under ``torch.autocast(<type>, bfloat16)`` must produce bfloat16."""
+    from lightning_anyaccel.device.precision import check_spec_precision
 
-    check_precision("bf16-mixed", device_type)
-    device = device_of(device_type)
+    check_spec_precision("bf16-mixed", spec)
+    device = spec.device()
     a = torch.randn(8, 8, device=device)
-    with torch.autocast(device_type, dtype=torch.bfloat16):
+    with torch.autocast(spec.type, dtype=torch.bfloat16):
         out = a @ a
     if out.dtype != torch.bfloat16:
         raise AssertionError(f"autocast produced {out.dtype}, expected torch.bfloat16")
-    return f"matmul under autocast({device_type!r}, bfloat16) -> {out.dtype}"
+    return f"matmul under autocast({spec.type!r}, bfloat16) -> {out.dtype}"
 
 
-def check_checkpoint(device_type: str) -> str:
+def check_checkpoint(spec: DeviceSpec) -> str:
     """Save a model's weights from the device and load them back with the portable map location."""
     from lightning_anyaccel.checkpoints.checkpoint import portable_map_location
 
-    device = device_of(device_type)
+    device = spec.device()
     model = torch.nn.Linear(4, 2).to(device)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "ckpt.pt")
@@ -309,7 +319,7 @@ class _Skip(Exception):
     """A check that cannot run in this environment (not a failure)."""
 
 
-CHECKS: list[tuple[str, Callable[[str], str]]] = [
+CHECKS: list[tuple[str, Callable[[DeviceSpec], str]]] = [
     ("single-device fit", check_fit),
     ("2-process collective", check_collective),
     ("bf16 autocast", check_bf16),
@@ -323,15 +333,16 @@ def run(device_type: str | None = None, front_end: str = "lightning") -> Report:
     ``front_end`` is the Lightning package the fit runs with: ``"lightning"`` or ``"pytorch_lightning"``.
     """
     device_type = device_type or runtime.detect_device_type()
-    report = Report(environment={**describe(device_type), "front end": front_end})
     try:
-        get_spec(device_type)
+        spec = get_spec(device_type)
     except ValueError as err:  # a type neither torch nor the table knows: one failed check, with the fix
+        report = Report(environment={**_describe(None, device_type), "front end": front_end})
         report.checks.append(Check("device", "FAIL", _first_line(err)))
         return report
+    report = Report(environment={**_describe(spec, device_type), "front end": front_end})
     for name, check in CHECKS:
         try:
-            result = check_fit(device_type, front_end) if check is check_fit else check(device_type)
+            result = check_fit(spec, front_end) if check is check_fit else check(spec)
             report.checks.append(Check(name, "PASS", result))
         except _Skip as skip:
             report.checks.append(Check(name, "SKIP", str(skip)))

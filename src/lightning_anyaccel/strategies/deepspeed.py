@@ -161,7 +161,7 @@ class AnyDeepSpeedMixin(AnyShardedMixin):
         Raises:
             ShardingNotSupportedError: DeepSpeed does not run on the device type.
         """
-        support = deepspeed_support(self.device_type, probe=False)
+        support = deepspeed_support(self.spec, probe=False)
         if not support.supported:
             raise ShardingNotSupportedError(support.reason)
         return self.device_type  # DeepSpeed names its accelerators as torch names the device types

@@ -13,7 +13,8 @@ protocol of what it may use of the strategy (:class:`DeepSpeedTarget`); the fami
 (:mod:`lightning_anyaccel.strategies.deepspeed`) lists them in its ``SETUP``.
 
 Example:
-    >>> deepspeed_support("musa", probe=False).supported
+    >>> from lightning_anyaccel.device.devices import get_spec
+    >>> deepspeed_support(get_spec("musa"), probe=False).supported
     False
 """
 
@@ -23,6 +24,7 @@ import functools
 import os
 from typing import Any, Protocol
 
+from lightning_anyaccel.device.devices import get_spec
 from lightning_anyaccel.strategies.errors import ShardingNotSupportedError
 from lightning_anyaccel.strategies.steps import ShardedTarget
 from lightning_anyaccel.strategies.support import deepspeed_support
@@ -89,7 +91,7 @@ def check_deepspeed_support(strategy: DeepSpeedTarget) -> None:
     accelerator: its distributed start-up then compiles its shared-memory op for minutes while the
     other ranks wait without a word, and it treats the device's tensors as CPU tensors.
     """
-    support = deepspeed_support(strategy.device_type)
+    support = deepspeed_support(get_spec(strategy.device_type))
     if not support.supported:
         raise ShardingNotSupportedError(support.reason)
 

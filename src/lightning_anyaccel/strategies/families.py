@@ -151,7 +151,7 @@ def refusal(family: str, spec: DeviceSpec) -> str | None:
     if row.multi_process and not has_collectives(spec):
         return f"{spec.name} has no collective backend: one device per machine"
     if issubclass(row.trainer, deepspeed.AnyDeepSpeedMixin):
-        support = deepspeed_support(spec.type, probe=False)
+        support = deepspeed_support(spec, probe=False)
         if not support.supported:
             return support.reason
     return None

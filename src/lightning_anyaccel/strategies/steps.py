@@ -42,7 +42,7 @@ from lightning_anyaccel import _lightning
 from lightning_anyaccel.accelerator import DeviceTypeError
 from lightning_anyaccel.cluster import gloo_interface, rendezvous, supervision, watchdog
 from lightning_anyaccel.device import distributed
-from lightning_anyaccel.device.devices import DeviceSpec
+from lightning_anyaccel.device.devices import DeviceSpec, get_spec
 from lightning_anyaccel.device.distributed import check_fork_safe
 from lightning_anyaccel.device.precision import align_precision_plugin, check_device_supports
 from lightning_anyaccel.front_ends import FrontEnd
@@ -211,7 +211,8 @@ def lightning_setup(strategy: SetupTarget) -> None:
 def check_device_precision(strategy: SetupTarget) -> None:
     """Ask the device (in the worker, after ``setup_device``) whether it can do the precision."""
     precision = getattr(strategy.side.precision_plugin(strategy), "precision", "")
-    check_device_supports(str(precision), strategy.root_device)
+    device = strategy.root_device
+    check_device_supports(str(precision), get_spec(device.type), device)
 
 
 # ----- steps of the multi-process strategies ------------------------------------------------------

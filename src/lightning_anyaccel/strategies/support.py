@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lightning_anyaccel import _lightning
-from lightning_anyaccel.device.devices import get_spec
 from lightning_anyaccel.device.spec import DeviceSpec
 
 
@@ -70,8 +69,8 @@ def _accelerator_list() -> tuple[str, ...]:
     raise RuntimeError(f"{source} no longer defines SUPPORTED_ACCELERATOR_LIST: update deepspeed_accelerators().")
 
 
-def deepspeed_support(device_type: str, *, probe: bool = True) -> DeepSpeedSupport:
-    """Whether DeepSpeed trains on ``device_type``: the one rule the strategies, the tools and the pages ask.
+def deepspeed_support(spec: DeviceSpec, *, probe: bool = True) -> DeepSpeedSupport:
+    """Whether DeepSpeed trains on ``spec``'s device type: the one rule the strategies, the tools and the pages ask.
 
     DeepSpeed runs on a device type when its accelerator list has an accelerator of that name and,
     with ``probe``, when DeepSpeed's own probe for it passes in this process (``DS_ACCELERATOR``
@@ -79,13 +78,15 @@ def deepspeed_support(device_type: str, *, probe: bool = True) -> DeepSpeedSuppo
     ``torch_mlu``, ``habana_frameworks.torch.hpu``, is importable). ``probe=False`` answers what
     the installed DeepSpeed offers anywhere (the documentation's question), without importing it.
 
-    >>> deepspeed_support("cpu")
+    >>> from lightning_anyaccel.device.devices import get_spec
+    >>> deepspeed_support(get_spec("cpu"))
     DeepSpeedSupport(supported=True, reason='')
-    >>> deepspeed_support("sdaa", probe=False)
+    >>> deepspeed_support(get_spec("sdaa"), probe=False)
     DeepSpeedSupport(supported=True, reason='needs torch_sdaa')
-    >>> deepspeed_support("musa", probe=False).reason.startswith("DeepSpeed has no accelerator for 'musa'")
+    >>> deepspeed_support(get_spec("musa"), probe=False).reason.startswith("DeepSpeed has no accelerator for 'musa'")
     True
     """
+    device_type = spec.type
     names = deepspeed_accelerators()
     if not names:
         return DeepSpeedSupport(False, "DeepSpeed is not installed: `pip install lightning-anyaccel[deepspeed]`"
@@ -93,7 +94,6 @@ def deepspeed_support(device_type: str, *, probe: bool = True) -> DeepSpeedSuppo
     if device_type not in names:
         return DeepSpeedSupport(False, f"DeepSpeed has no accelerator for {device_type!r} (it has: {', '.join(names)})."
                                        f" {_INSTEAD}")
-    spec = get_spec(device_type)
     if not probe:
         return DeepSpeedSupport(True, f"needs {spec.vendor_module}" if spec.vendor_module else "")
     failure = _probe(device_type)

@@ -133,10 +133,10 @@ def _reported_device_type() -> str | None:
 def _usable_count(device_type: str) -> tuple[int, str]:
     """How many ``device_type`` devices this process can use, or 0 and why not (never raises)."""
     try:
-        get_spec(device_type)
-        if not runtime.is_available(device_type):
+        spec = get_spec(device_type)
+        if not runtime.is_available(spec):
             return 0, "its device module says it is not available"
-        count = runtime.device_count(device_type)
+        count = runtime.device_count(spec)
     except Exception as err:  # noqa: BLE001 - see the docstring
         return 0, f"the package can not use it ({type(err).__name__}: {err})"
     return (count, "") if count > 0 else (0, "no device of that type is visible to this process")

@@ -94,7 +94,7 @@ def _register(distribution: Distribution, side: str) -> None:
     strategies = getattr(distribution.module(strategy_module), strategy_registry)
     ported_accelerator = _lightning.port(AnyAccelerator, distribution)
     ported_accelerator.register_accelerators(accelerators)
-    devices.on_register(lambda spec: ported_accelerator.register_device_type(accelerators, spec.type))
+    devices.on_register(lambda spec: ported_accelerator.register_device_type(accelerators, spec))
     for cls in classes():
         _lightning.port(cls, distribution)
     for family in FAMILIES:

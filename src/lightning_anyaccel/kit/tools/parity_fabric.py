@@ -10,11 +10,14 @@ the frozen layer), so ``parity_compare.compare`` judges both front ends against 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from lightning_anyaccel.kit.tools import parity
+
+if TYPE_CHECKING:
+    from lightning_anyaccel.device.spec import DeviceSpec
 
 #: Short names of the Fabric runs (:func:`build_strategy`): ``fabric_`` and the Trainer run of the same strategy.
 STRATEGIES = ("fabric_ddp", "fabric_fsdp", "fabric_fsdp2", "fabric_model_parallel", "fabric_deepspeed_1",
@@ -63,7 +66,7 @@ def build_strategy(name: str) -> Any:
     raise ValueError(f"--strategy must be among {STRATEGIES}, not {name!r}")
 
 
-def fit(device_type: str | None, name: str, devices: int, num_nodes: int, precision: str, out: Path,
+def fit(spec: DeviceSpec, name: str, devices: int, num_nodes: int, precision: str, out: Path,
         control: str = "none") -> None:
     """Train ``parity.STEPS`` steps with Fabric and the strategy ``name``; this rank's steps go to ``out/rank<N>.pt``.
 
@@ -76,7 +79,7 @@ def fit(device_type: str | None, name: str, devices: int, num_nodes: int, precis
 
     if control not in parity.CONTROLS or control == "unsharded_param":
         raise ValueError(f"control must be one of {parity.CONTROLS[:-1]} for Fabric, not {control!r}")
-    fabric = Fabric(accelerator=AnyAccelerator(device_type), strategy=build_strategy(name), devices=devices,
+    fabric = Fabric(accelerator=AnyAccelerator(spec), strategy=build_strategy(name), devices=devices,
                     num_nodes=num_nodes, precision=precision)  # type: ignore[arg-type]  # a str of its literals
     fabric.launch()
     net = parity.build_net()

@@ -17,13 +17,16 @@ embeddings are frozen (they must stay bit-identical). Files, under the ``out`` f
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from typing_extensions import override
 
 from lightning_anyaccel.kit.tools import parity
+
+if TYPE_CHECKING:
+    from lightning_anyaccel.device.spec import DeviceSpec
 
 #: Tokens per row and rows per rank and step: each rank's share of a step is ``PER_RANK_BATCH`` distinct rows.
 TOKENS, PER_RANK_BATCH = 32, 2
@@ -113,7 +116,7 @@ class Gpt2ParityModule(parity.ParityModule):
         self._record = parity.StepRecord()
 
 
-def fit(device_type: str, devices: int, precision: str, control: str, out: Path) -> tuple[Any, Gpt2ParityModule]:
+def fit(spec: DeviceSpec, devices: int, precision: str, control: str, out: Path) -> tuple[Any, Gpt2ParityModule]:
     """Train DDP on ``devices`` processes ``parity.STEPS`` steps; write this rank's steps to ``out/ddp/rank<N>.pt``."""
     from lightning.pytorch import Trainer
 
@@ -121,7 +124,7 @@ def fit(device_type: str, devices: int, precision: str, control: str, out: Path)
     from lightning_anyaccel.kit.tools.parity_run import build_strategy
 
     model = Gpt2ParityModule(control)
-    trainer = Trainer(accelerator=AnyAccelerator(device_type), strategy=build_strategy("ddp"), devices=devices,
+    trainer = Trainer(accelerator=AnyAccelerator(spec), strategy=build_strategy("ddp"), devices=devices,
                       precision=precision,  # type: ignore[arg-type]  # a str of its literals
                       max_steps=parity.STEPS, gradient_clip_val=parity.CLIP, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

@@ -21,12 +21,15 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from lightning_anyaccel.kit.tools import parity, parity_fabric
 from lightning_anyaccel.kit.tools.parity_compare import ParityReport, compare, compare_bf16
+
+if TYPE_CHECKING:
+    from lightning_anyaccel.device.spec import DeviceSpec
 
 #: Short names of the strategies the parity check trains (``build_strategy``).
 STRATEGIES = ("ddp", "ddp_find_unused", "ddp_spawn", "ddp_fork", "fsdp", "fsdp_grad_op", "fsdp_cpu_offload", "fsdp2",
@@ -92,7 +95,7 @@ def build_strategy(name: str) -> Any:
     raise ValueError(f"--strategy must be among {STRATEGIES}, not {name!r}")
 
 
-def fit(device_type: str | None, strategy: str, devices: int, num_nodes: int, precision: str, control: str,
+def fit(spec: DeviceSpec, strategy: str, devices: int, num_nodes: int, precision: str, control: str,
         out: Path) -> tuple[Any, parity.ParityModule]:
     """Train one strategy ``parity.STEPS`` steps, each rank's steps to ``out/rank<N>.pt``; the Trainer, the model.
 
@@ -104,7 +107,7 @@ def fit(device_type: str | None, strategy: str, devices: int, num_nodes: int, pr
     from lightning_anyaccel.accelerator import AnyAccelerator
 
     model = parity.ParityModule(control, out)
-    trainer = Trainer(accelerator=AnyAccelerator(device_type), strategy=build_strategy(strategy), devices=devices,
+    trainer = Trainer(accelerator=AnyAccelerator(spec), strategy=build_strategy(strategy), devices=devices,
                       num_nodes=num_nodes, precision=precision,  # type: ignore[arg-type]  # a str of its literals
                       max_steps=parity.STEPS, gradient_clip_val=parity.CLIP, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -145,34 +148,33 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--strategy: {', '.join(unknown)}: each must be NAME[+CONTROL][@bf16], NAME among"
                      f" {', '.join(STRATEGIES + FABRIC)}, CONTROL among {', '.join(parity.CONTROLS)}"
                      " (unsharded_param: the Trainer's runs only)")
+    from lightning_anyaccel.device import runtime
+    from lightning_anyaccel.device.devices import get_spec
     from lightning_anyaccel.kit.tools.local_runs import quiet_lightning
 
+    spec = get_spec(args.device_type or runtime.detect_device_type())
     quiet_lightning(all_warnings=True)
     torch.set_num_threads(1)
     out = Path(args.out)
     first = all(os.environ.get(key, "0") == "0" for key in ("LOCAL_RANK", "NODE_RANK", "RANK"))
     forks = any(name == "ddp_fork" for _, name, _, _ in runs)  # a fork needs a parent that has not used the device
     if first and not forks:  # the launching process, before it starts any rank
-        reference(args.device_type, args.devices * args.num_nodes, runs, out)
+        reference(spec, args.devices * args.num_nodes, runs, out)
     for run, name, control, precision in runs:
         if name in FABRIC:
-            parity_fabric.fit(args.device_type, name, args.devices, args.num_nodes, precision, out / run,
-                              control or "none")
+            parity_fabric.fit(spec, name, args.devices, args.num_nodes, precision, out / run, control or "none")
         else:
-            fit(args.device_type, name, args.devices, args.num_nodes, precision, control or "none", out / run)
+            fit(spec, name, args.devices, args.num_nodes, precision, control or "none", out / run)
     if first and forks:
-        reference(args.device_type, args.devices * args.num_nodes, runs, out)
+        reference(spec, args.devices * args.num_nodes, runs, out)
 
 
-def reference(device_type: str | None, world_size: int, runs: list[tuple[str, str, str, str]], out: Path) -> None:
-    """The serial runs on device 0 of ``device_type``: fp32, and bf16-mixed where a run is ``NAME@bf16``."""
-    from lightning_anyaccel.accelerator import AnyAccelerator
-    from lightning_anyaccel.device.devices import device_of
-
+def reference(spec: DeviceSpec, world_size: int, runs: list[tuple[str, str, str, str]], out: Path) -> None:
+    """The serial runs on device 0 of ``spec``'s type: fp32, and bf16-mixed where a run is ``NAME@bf16``."""
     if (out / "reference.pt").exists():
         return
     out.mkdir(parents=True, exist_ok=True)
-    device = device_of(str(AnyAccelerator(device_type).device_type), 0)
+    device = spec.device(0)
     torch.save(parity.reference_run(device, world_size), out / "reference.pt")
     if any(precision == "bf16-mixed" for *_, precision in runs):
         torch.save(parity.reference_run(device, world_size, "bf16-mixed"), out / "reference-bf16.pt")

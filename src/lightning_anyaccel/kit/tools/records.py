@@ -47,7 +47,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning_anyaccel.device.spec import DeviceSpec
 
 #: The record format's version (a reader refuses a newer one).
 FORMAT = 1
@@ -283,20 +286,20 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def device_facts(device_type: str, *, emulated: bool = False) -> dict[str, Any]:
+def device_facts(spec: DeviceSpec, *, emulated: bool = False) -> dict[str, Any]:
     """The device's name and count, and the runtime, driver and collective library versions torch reports."""
     import torch
 
     from lightning_anyaccel.device import runtime
-    from lightning_anyaccel.device.devices import DEVICE_TABLE, is_host
 
-    if is_host(device_type):
+    device_type = spec.type
+    if spec.host:
         import psutil
 
         return {"device_name": _cpu_name(), "device_count": 1,
                 "cpu_cores": os.cpu_count() or 0, "memory_gib": round(psutil.virtual_memory().total / 2**30, 1)}
-    module = runtime.device_module(device_type)
-    count = runtime.device_count(device_type)
+    module = runtime.device_module(spec)
+    count = runtime.device_count(spec)
     get_name = getattr(module, "get_device_name", None)
     names = sorted({str(get_name(i)) for i in range(count)}) if callable(get_name) else [device_type]
     facts: dict[str, Any] = {"device_name": ", ".join(names) or device_type, "device_count": count}
@@ -316,8 +319,7 @@ def device_facts(device_type: str, *, emulated: bool = False) -> dict[str, Any]:
                 facts[name] = ".".join(map(str, value)) if isinstance(value, tuple) else str(value)
             except Exception:  # noqa: BLE001 - a vendor API without the query: leave it out
                 pass
-    spec = DEVICE_TABLE.get(device_type)
-    if spec is not None and spec.vendor_module and not emulated:
+    if spec.vendor_module and not emulated:
         vendor = spec.vendor_module.split(".")[0]
         facts["vendor_package"] = f"{vendor} {_version(vendor.replace('_', '-')) or _version(vendor) or '?'}"
     return facts
@@ -330,6 +332,8 @@ def build_record(*, device_type: str, level: str, tests: Mapping[str, Outcome], 
 
     ``facts`` replace what :func:`device_facts` asks torch about the device (a simulated device has none).
     """
+    from lightning_anyaccel.device.devices import get_spec
+
     if level not in LEVELS:
         raise ValueError(f"level {level!r}: one of {LEVELS}")
     for name, test in tests.items():
@@ -338,7 +342,7 @@ def build_record(*, device_type: str, level: str, tests: Mapping[str, Outcome], 
     summary = summarise(tests)
     record: dict[str, Any] = {
         "format": FORMAT, "device_type": device_type, "level": level,
-        **(dict(facts) if facts is not None else device_facts(device_type, emulated=level == "emulated")),
+        **(dict(facts) if facts is not None else device_facts(get_spec(device_type), emulated=level == "emulated")),
         "max_processes": summary.pop("max_processes"),
         "date": when, **provenance(root), "runner": runner, "command": command, "covers": sorted(set(covers)),
         **software(),

@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning_anyaccel.device.spec import DeviceSpec
 
 
 @dataclass(frozen=True)
@@ -86,13 +89,11 @@ def parity_processes(check: KitCheck, count: int) -> int | None:
     return process_count(check, count)
 
 
-def skip_reason(check: KitCheck, device_type: str, count: int) -> str | None:
-    """Why ``check`` can not run on ``count`` devices of ``device_type`` here, or ``None``."""
+def skip_reason(check: KitCheck, spec: DeviceSpec, count: int) -> str | None:
+    """Why ``check`` can not run on ``count`` devices of ``spec``'s type here, or ``None``."""
     import importlib.util
 
-    from lightning_anyaccel.device.devices import get_spec
-
-    spec = get_spec(device_type)
+    device_type = spec.type
     if check.precision != "32-true" and not spec.supports_precision(check.precision):
         return f"{device_type} does not autocast {check.precision} (autocast dtypes: {spec.autocast_dtypes or 'none'})"
     if check.name == "collective" and count < 2:
@@ -102,7 +103,7 @@ def skip_reason(check: KitCheck, device_type: str, count: int) -> str | None:
     if check.name == "deepspeed":
         from lightning_anyaccel.strategies.support import deepspeed_support
 
-        support = deepspeed_support(device_type)
+        support = deepspeed_support(spec)
         if not support.supported:
             return support.reason
     if check.name == "transformer" and importlib.util.find_spec("transformers") is None:
@@ -199,7 +200,7 @@ def _launching() -> bool:
     return all(os.environ.get(key, "0") == "0" for key in ("LOCAL_RANK", "NODE_RANK", "RANK"))
 
 
-def worker(check: KitCheck, device_type: str, devices: int, out: Path, control: str = "none") -> None:
+def worker(check: KitCheck, spec: DeviceSpec, devices: int, out: Path, control: str = "none") -> None:
     """Run ``check`` in this process (a rank of it) and write what it saw to ``out/rank<N>.json``.
 
     ``devices``: the processes of its parity where it has one. ``control`` breaks the parity's run on purpose
@@ -216,13 +217,13 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path, control: 
     if check.name == "collective":
         from lightning_anyaccel.kit.verify import check_collective
 
-        (out / "rank0.json").write_text(json.dumps({"rank": 0, "detail": check_collective(device_type)}))
+        (out / "rank0.json").write_text(json.dumps({"rank": 0, "detail": check_collective(spec)}))
         return
     if check.parity and not check.own_parity:
-        _parity_worker(check, device_type, devices, out, control)
+        _parity_worker(check, spec, devices, out, control)
         return
     if check.own_parity and not _launching():  # a rank DDP launched for the parity: only the parity
-        _own_parity(check, device_type, devices, out / "parity", control)
+        _own_parity(check, spec, devices, out / "parity", control)
         return
     torch.manual_seed(0)
     seen: dict[str, Any] = {}
@@ -262,7 +263,7 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path, control: 
 
     def fit(max_steps: int, ckpt_path: str | None = None) -> tuple[Trainer, Any]:
         model = _model(check)
-        trainer = Trainer(accelerator=AnyAccelerator(device_type), strategy=strategy,
+        trainer = Trainer(accelerator=AnyAccelerator(spec), strategy=strategy,
                           devices=1 if check.own_parity else devices,
                           precision=check.precision,  # type: ignore[arg-type]  # a str of Lightning's literals
                           max_steps=max_steps, logger=logger, callbacks=callbacks,
@@ -297,36 +298,34 @@ def worker(check: KitCheck, device_type: str, devices: int, out: Path, control: 
         result["resumed_step"], result["resumed_losses"] = resumed.global_step, again.losses
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(result))
     if check.own_parity and devices >= 2:
-        _own_parity(check, device_type, devices, out / "parity", control)
+        _own_parity(check, spec, devices, out / "parity", control)
 
 
-def _own_parity(check: KitCheck, device_type: str, devices: int, out: Path, control: str) -> None:
+def _own_parity(check: KitCheck, spec: DeviceSpec, devices: int, out: Path, control: str) -> None:
     """The parity of the check's own model (the GPT-2): the serial runs first (the launching process), then DDP
     on ``devices`` processes, in the check's precision (:mod:`lightning_anyaccel.kit.tools.parity_gpt2`)."""
     import torch
 
-    from lightning_anyaccel.device.devices import device_of
     from lightning_anyaccel.kit.tools import parity_gpt2
 
     if _launching():
         out.mkdir(parents=True, exist_ok=True)
-        device = device_of(device_type, 0)
+        device = spec.device(0)
         torch.save(parity_gpt2.reference_run(device, devices), out / "reference.pt")
         if check.precision == "bf16-mixed":
             torch.save(parity_gpt2.reference_run(device, devices, "bf16-mixed"), out / "reference-bf16.pt")
-    parity_gpt2.fit(device_type, devices, check.precision, control, out)
+    parity_gpt2.fit(spec, devices, check.precision, control, out)
 
 
-def _parity_worker(check: KitCheck, device_type: str, devices: int, out: Path, control: str) -> None:
+def _parity_worker(check: KitCheck, spec: DeviceSpec, devices: int, out: Path, control: str) -> None:
     """A parity check's rank: the serial reference first (the launching rank), then the strategy's run."""
     import torch
 
-    from lightning_anyaccel.device.devices import device_of
     from lightning_anyaccel.kit.tools import parity, parity_run
 
     if _launching():
-        torch.save(parity.reference_run(device_of(device_type, 0), devices), out / "reference.pt")
-    trainer, model = parity_run.fit(device_type, check.parity, devices, 1, check.precision, control, out / check.parity)
+        torch.save(parity.reference_run(spec.device(0), devices), out / "reference.pt")
+    trainer, model = parity_run.fit(spec, check.parity, devices, 1, check.precision, control, out / check.parity)
     result = {"rank": trainer.global_rank, "world_size": trainer.world_size, "global_step": trainer.global_step,
               "losses": model.losses, "root_device": str(trainer.strategy.root_device),
               "param_device": model.param_device, "batch_device": model.batch_device, "autocast": [],
@@ -351,10 +350,9 @@ def judge_parity(check: KitCheck, processes: int | None, out: Path) -> dict[str,
 # ---- judging a check's results, in the launching process ----------------------------------------------
 
 
-def judge(check: KitCheck, device_type: str, processes: int | None, ranks: list[dict[str, Any]]) -> str:
+def judge(check: KitCheck, spec: DeviceSpec, processes: int | None, ranks: list[dict[str, Any]]) -> str:
     """The one-line detail of a check that passed; ``AssertionError`` naming what is wrong otherwise."""
-    from lightning_anyaccel.device.devices import is_host
-
+    device_type = spec.type
     expected = processes or 1
     if len(ranks) != expected:
         raise AssertionError(f"{len(ranks)} of {expected} processes reported")
@@ -389,7 +387,7 @@ def judge(check: KitCheck, device_type: str, processes: int | None, ranks: list[
         raise AssertionError("configure_model got no device mesh: FSDP2 did not shard")
     if check.name == "device-stats":
         header = first["metrics"].splitlines()[0] if first["metrics"] else ""
-        wanted = "cpu_percent" if is_host(device_type) else "allocated_bytes.all.current"
+        wanted = "cpu_percent" if spec.host else "allocated_bytes.all.current"
         if wanted not in header:
             raise AssertionError(f"DeviceStatsMonitor logged no {wanted}: {header[:300]}")
     if check.name == "checkpoint":
