@@ -3,8 +3,9 @@
 Where DeepSpeed runs is one rule, ``deepspeed_support`` (DeepSpeed's own accelerator list and probe);
 on the emulated PrivateUse1 devices the vendor's package (``torch_sdaa``, ...) is stood in for and the
 collective backend carries the vendor's name, so DeepSpeed's own accelerator for the type trains
-there. The ZeRO run checks parity with one device on the emulated ``sdaa`` (the other names train the
-same through ``make records``: the device-generic parity test on each).
+there. The ZeRO runs check parity with one device on the emulated ``sdaa``, ``npu`` and ``mlu``, each through
+DeepSpeed's own accelerator class for the type (``make records`` runs every stage on each: the device-generic
+parity test).
 """
 
 from __future__ import annotations
@@ -60,20 +61,27 @@ def test_emulated_devices_register_their_vendors_backend_name():
     assert proc.stdout.split("BACKEND", 1)[1].split()[:2] == ["tccl", "sdaa"]
 
 
+#: The emulated vendor devices DeepSpeed trains on, each through its own accelerator class of DeepSpeed's
+#: (``sdaa_accelerator``, ``npu_accelerator``, ``mlu_accelerator``: different code), and the ZeRO stages run there:
+#: both stages on sdaa, one each on npu and mlu (the stage's code is DeepSpeed's and the same on every device).
+ZERO_RUNS = {"sdaa": ["deepspeed_2", "deepspeed_3"], "npu": ["deepspeed_2"], "mlu": ["deepspeed_3"]}
+
+
 @pytest.mark.slow
 @needs_deepspeed
-def test_deepspeed_zero_on_the_emulated_sdaa_reproduces_one_device(tmp_path, monkeypatch):
-    """``strategy="any_deepspeed_stage_2"`` and stage 3 on 2 emulated sdaa devices: DeepSpeed's own SDAA
-    accelerator (the package refuses any other in the worker), its ``tccl`` backend, gradients and updates
-    within the fp32 tolerance of the serial run on one device."""
+@pytest.mark.parametrize("device_type", list(ZERO_RUNS))
+def test_deepspeed_zero_on_the_emulated_vendor_devices_reproduces_one_device(tmp_path, monkeypatch, device_type):
+    """``strategy="any_deepspeed_stage_2"`` or stage 3 on 2 emulated devices of a vendor type: DeepSpeed's own
+    accelerator for that type (the package refuses any other in the worker), the vendor's backend name (``tccl``,
+    ``hccl``, ``cncl``), gradients and updates within the fp32 tolerance of the serial run on one device."""
     from lightning_anyaccel.kit.tools import parity
     from lightning_anyaccel.kit.tools.parity_run import judge
 
-    runs = ["deepspeed_2", "deepspeed_3"]
-    # the job's processes get the emulated sdaa through the autoload hook
-    monkeypatch.setenv("LIGHTNING_ANYACCEL_EMULATE", "sdaa:2")
+    runs = ZERO_RUNS[device_type]
+    # the job's processes get the emulated device through the autoload hook
+    monkeypatch.setenv("LIGHTNING_ANYACCEL_EMULATE", f"{device_type}:2")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(AUTOLOAD), os.environ.get("PYTHONPATH", str(SRC))]))
-    out = _run_job(tmp_path, "sdaa", runs, "DeepSpeed on the emulated sdaa")
+    out = _run_job(tmp_path, device_type, runs, f"DeepSpeed on the emulated {device_type}")
     for run in runs:
         report = judge(out, run, processes=2)
         assert report.steps == parity.STEPS
