@@ -48,7 +48,7 @@ import lightning_anyaccel  # registers names; the Trainer's strategies
 import lightning_anyaccel.fabric  # Fabric's strategies
 from lightning_anyaccel import AnyAccelerator
 from lightning_anyaccel.device import runtime
-from lightning_anyaccel.device.devices import device_of, is_host
+from lightning_anyaccel.device.devices import device_of, get_spec, is_host
 
 STRATEGIES = ("ddp", "fsdp", "fsdp_sharded", "fsdp_hybrid", "fsdp_grad_op", "fsdp_offload", "fsdp2", "fsdp2_full",
               "deepspeed_1", "deepspeed_2", "deepspeed_3", "deepspeed_2_offload", "deepspeed_3_offload")
@@ -201,7 +201,7 @@ def live_device_bytes(device: torch.device) -> int:
         return live_host_bytes()
     # the package's memory statistics: torch.accelerator's where this torch has them (2.9 and newer),
     # the device module's otherwise, MPS's own counter; none before the process first uses the device
-    stats = runtime.memory_stats(device)
+    stats = runtime.memory_stats(get_spec(device.type), device.index)
     return int(stats.get("allocated_bytes.all.current", stats.get("allocated_bytes", 0)))
 
 

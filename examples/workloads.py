@@ -332,9 +332,10 @@ def gpt2_fsdp2(device: str, out: Path) -> dict[str, Any]:
 
 
 def gpt2_deepspeed(device: str, out: Path) -> dict[str, Any]:
+    from lightning_anyaccel.device.devices import get_spec
     from lightning_anyaccel.strategies.support import deepspeed_support
 
-    support = deepspeed_support(device)
+    support = deepspeed_support(get_spec(device))
     if not support.supported:
         return {"skipped": f"DeepSpeed does not run on {device!r} here: {support.reason}"}
     module = GPT2Module(total_steps=10)
