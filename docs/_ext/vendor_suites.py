@@ -45,7 +45,8 @@ class VendorSuites(SphinxDirective):
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        from anyaccel_docs import _inline, _table
+        from support_tables import inline as _inline
+        from support_tables import table_node as _table
 
         path = Path(self.env.srcdir) / RECORD
         self.env.note_dependency(str(path))
