@@ -2,7 +2,7 @@ r"""Parity: N processes of a strategy compute what one device computes, step by 
 
 A small MLP (its first layer frozen) trains ``k`` steps with SGD and momentum, gradient clipping on,
 from the same initial weights and the same rows, twice: once serially on one device with the whole
-global batch (:func:`reference_run`, plain torch), and once through a strategy on N processes, each
+global batch (``parity_run.reference_run``, plain torch), and once through a strategy on N processes, each
 with its share of the batch (:class:`ParityModule` inside ``Trainer.fit``). Each run records per step
 the global gradient norm before and after clipping, every trainable tensor's full gradient and
 update, and every frozen tensor's value; ``parity_compare.compare`` requires them to match within a tolerance
@@ -99,7 +99,8 @@ def _clean(name: str) -> str:
     return name.removeprefix("net.")
 
 
-def _host(tensor: Any) -> torch.Tensor:
+def host(tensor: Any) -> torch.Tensor:
+    """``tensor`` (a DTensor too: every rank takes part) as a full fp32 copy on the host."""
     if hasattr(tensor, "full_tensor"):  # a DTensor (FSDP2): every rank takes part
         tensor = tensor.full_tensor()
     return torch.as_tensor(tensor).detach().to("cpu", torch.float32).clone()
@@ -125,30 +126,11 @@ class StepRecord:
                 "update": self.update, "frozen": self.frozen}
 
 
-def reference_run(device: torch.device | str, world_size: int, precision: str = "32-true") -> list[dict[str, Any]]:
-    """The serial run: the whole global batch per step on one ``device``, plain torch."""
-    device = torch.device(device)
-    net = build_net().to(device)
-    trainable = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
-    optimizer = torch.optim.SGD([p for _, p in trainable], lr=LR, momentum=0.9)
-    batches = DataLoader(dataset(world_size), batch_size=world_size * PER_RANK_BATCH, shuffle=False)
-    steps = []
-    for x, y in batches:
-        x, y = x.to(device), y.to(device)
-        before = {n: _host(p) for n, p in trainable}
-        optimizer.zero_grad()
-        with torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16-mixed"):
-            out = net(x)
-        torch.nn.functional.mse_loss(out.float(), y).backward()
-        record = StepRecord(grads={n: _host(p.grad) for n, p in trainable})
-        record.norm_before = global_norm(record.grads)
-        torch.nn.utils.clip_grad_norm_([p for _, p in trainable], CLIP)
-        record.norm_after = global_norm({n: _host(p.grad) for n, p in trainable})
-        optimizer.step()
-        record.update = {n: _host(p) - before[n] for n, p in trainable}
-        record.frozen = {n: _host(p) for n, p in net.named_parameters() if not p.requires_grad}
-        steps.append(record.as_dict())
-    return steps
+def launching() -> bool:
+    """Whether this process is the one started for the run, not a rank a strategy launched from it (no rank is set)."""
+    import os
+
+    return all(os.environ.get(key, "0") == "0" for key in ("LOCAL_RANK", "NODE_RANK", "RANK"))
 
 
 def kind_of(strategy: Any, net: torch.nn.Module) -> str:
@@ -179,8 +161,8 @@ def full_tensors(kind: str, net: torch.nn.Module, root: Any, grads: bool = False
         fsdp_root = FullyShardedDataParallel.fsdp_modules(root, root_only=True)[0]
         with FullyShardedDataParallel.summon_full_params(fsdp_root, with_grads=grads, writeback=False):
             named = [(_clean(n), p) for n, p in net.named_parameters() if p.requires_grad or not grads]
-            return {n: _host(p.grad if grads else p) for n, p in named}
-    return {n: _host(p.grad if grads else p) for n, p in named}
+            return {n: host(p.grad if grads else p) for n, p in named}
+    return {n: host(p.grad if grads else p) for n, p in named}
 
 
 def scale_to_clip(net: torch.nn.Module, norm: float) -> None:
@@ -344,15 +326,15 @@ def _deepspeed_tensors(named: Sequence[tuple[str, torch.Tensor]], grads: bool) -
     from deepspeed.utils import safe_get_full_grad
 
     if grads:
-        return {n: _host(safe_get_full_grad(p)) for n, p in named}
+        return {n: host(safe_get_full_grad(p)) for n, p in named}
     params = [p for _, p in named]
     zero3 = any(hasattr(p, "ds_id") for p in params)
     if not zero3:
-        return {n: _host(p) for n, p in named}
+        return {n: host(p) for n, p in named}
     with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-        return {n: _host(p) for n, p in named}
+        return {n: host(p) for n, p in named}
 
 
 __all__ = ["ATOL", "BF16_GATE", "BF16_RTOL", "CONTROLS", "RTOL", "ParityError", "ParityModule", "StepRecord",
-           "build_net", "clip_coefficient", "full_tensors", "global_norm", "kind_of", "loader", "reference_run",
-           "scale_to_clip"]
+           "build_net", "clip_coefficient", "full_tensors", "global_norm", "host", "kind_of", "launching",
+           "loader", "scale_to_clip"]

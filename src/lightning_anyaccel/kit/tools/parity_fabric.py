@@ -17,7 +17,7 @@ import torch
 from lightning_anyaccel.kit.tools import parity
 
 if TYPE_CHECKING:
-    from lightning_anyaccel.device.spec import DeviceSpec
+    from lightning_anyaccel.accelerator import AnyAccelerator
 
 #: Short names of the Fabric runs (:func:`build_strategy`): ``fabric_`` and the Trainer run of the same strategy.
 STRATEGIES = ("fabric_ddp", "fabric_fsdp", "fabric_fsdp2", "fabric_model_parallel", "fabric_deepspeed_1",
@@ -66,7 +66,7 @@ def build_strategy(name: str) -> Any:
     raise ValueError(f"--strategy must be among {STRATEGIES}, not {name!r}")
 
 
-def fit(spec: DeviceSpec, name: str, devices: int, num_nodes: int, precision: str, out: Path,
+def fit(accelerator: AnyAccelerator, name: str, devices: int, num_nodes: int, precision: str, out: Path,
         control: str = "none") -> None:
     """Train ``parity.STEPS`` steps with Fabric and the strategy ``name``; this rank's steps go to ``out/rank<N>.pt``.
 
@@ -75,11 +75,9 @@ def fit(spec: DeviceSpec, name: str, devices: int, num_nodes: int, precision: st
     """
     from lightning.fabric import Fabric
 
-    from lightning_anyaccel.accelerator import AnyAccelerator
-
     if control not in parity.CONTROLS or control == "unsharded_param":
         raise ValueError(f"control must be one of {parity.CONTROLS[:-1]} for Fabric, not {control!r}")
-    fabric = Fabric(accelerator=AnyAccelerator(spec), strategy=build_strategy(name), devices=devices,
+    fabric = Fabric(accelerator=accelerator, strategy=build_strategy(name), devices=devices,
                     num_nodes=num_nodes, precision=precision)  # type: ignore[arg-type]  # a str of its literals
     fabric.launch()
     net = parity.build_net()

@@ -26,7 +26,7 @@ from typing_extensions import override
 from lightning_anyaccel.kit.tools import parity
 
 if TYPE_CHECKING:
-    from lightning_anyaccel.device.spec import DeviceSpec
+    from lightning_anyaccel.accelerator import AnyAccelerator
 
 #: Tokens per row and rows per rank and step: each rank's share of a step is ``PER_RANK_BATCH`` distinct rows.
 TOKENS, PER_RANK_BATCH = 32, 2
@@ -55,12 +55,8 @@ def _loss(net: Any, tokens: torch.Tensor) -> torch.Tensor:
     return net(input_ids=tokens, labels=tokens).loss
 
 
-def _host(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.detach().to("cpu", torch.float32).clone()
-
-
 def reference_run(device: torch.device | str, world_size: int, precision: str = "32-true") -> list[dict[str, Any]]:
-    """The serial run: the whole global batch per step on one ``device``, plain torch (as ``parity.reference_run``)."""
+    """The serial run: the whole global batch per step on one ``device``, plain torch (as ``parity_run.reference_run``)."""
     device = torch.device(device)
     net = build_gpt2().to(device)
     trainable = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
@@ -68,18 +64,18 @@ def reference_run(device: torch.device | str, world_size: int, precision: str = 
     steps = []
     for (tokens,) in DataLoader(dataset(world_size), batch_size=world_size * PER_RANK_BATCH, shuffle=False):
         tokens = tokens.to(device)
-        before = {n: _host(p) for n, p in trainable}
+        before = {n: parity.host(p) for n, p in trainable}
         optimizer.zero_grad()
         with torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16-mixed"):
             loss = _loss(net, tokens)
         loss.float().backward()
-        record = parity.StepRecord(grads={n: _host(p.grad) for n, p in trainable if p.grad is not None})
+        record = parity.StepRecord(grads={n: parity.host(p.grad) for n, p in trainable if p.grad is not None})
         record.norm_before = parity.global_norm(record.grads)
         torch.nn.utils.clip_grad_norm_([p for _, p in trainable], parity.CLIP)
-        record.norm_after = parity.global_norm({n: _host(p.grad) for n, p in trainable if p.grad is not None})
+        record.norm_after = parity.global_norm({n: parity.host(p.grad) for n, p in trainable if p.grad is not None})
         optimizer.step()
-        record.update = {n: _host(p) - before[n] for n, p in trainable}
-        record.frozen = {n: _host(p) for n, p in net.named_parameters() if not p.requires_grad}
+        record.update = {n: parity.host(p) - before[n] for n, p in trainable}
+        record.frozen = {n: parity.host(p) for n, p in net.named_parameters() if not p.requires_grad}
         steps.append(record.as_dict())
     return steps
 
@@ -116,15 +112,15 @@ class Gpt2ParityModule(parity.ParityModule):
         self._record = parity.StepRecord()
 
 
-def fit(spec: DeviceSpec, devices: int, precision: str, control: str, out: Path) -> tuple[Any, Gpt2ParityModule]:
+def fit(accelerator: AnyAccelerator, devices: int, precision: str, control: str,
+        out: Path) -> tuple[Any, Gpt2ParityModule]:
     """Train DDP on ``devices`` processes ``parity.STEPS`` steps; write this rank's steps to ``out/ddp/rank<N>.pt``."""
     from lightning.pytorch import Trainer
 
-    from lightning_anyaccel.accelerator import AnyAccelerator
     from lightning_anyaccel.kit.tools.parity_run import build_strategy
 
     model = Gpt2ParityModule(control)
-    trainer = Trainer(accelerator=AnyAccelerator(spec), strategy=build_strategy("ddp"), devices=devices,
+    trainer = Trainer(accelerator=accelerator, strategy=build_strategy("ddp"), devices=devices,
                       precision=precision,  # type: ignore[arg-type]  # a str of its literals
                       max_steps=parity.STEPS, gradient_clip_val=parity.CLIP, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -135,4 +131,18 @@ def fit(spec: DeviceSpec, devices: int, precision: str, control: str, out: Path)
     return trainer, model
 
 
-__all__ = ["Gpt2ParityModule", "build_gpt2", "dataset", "fit", "reference_run"]
+def rank(accelerator: AnyAccelerator, devices: int, precision: str, control: str,
+         out: Path) -> tuple[Any, Gpt2ParityModule]:
+    """One process of the GPT-2's parity (the validation kit's ``transformer`` check): the launching process first
+    runs the serial references on device 0 (fp32, and bf16-mixed where ``precision`` is), then each of the
+    ``devices`` processes trains DDP (:func:`fit`); the files are the module's, under ``out``."""
+    if parity.launching():
+        out.mkdir(parents=True, exist_ok=True)
+        device = accelerator.spec.device(0)
+        torch.save(reference_run(device, devices), out / "reference.pt")
+        if precision == "bf16-mixed":
+            torch.save(reference_run(device, devices, "bf16-mixed"), out / "reference-bf16.pt")
+    return fit(accelerator, devices, precision, control, out)
+
+
+__all__ = ["Gpt2ParityModule", "build_gpt2", "dataset", "fit", "rank", "reference_run"]

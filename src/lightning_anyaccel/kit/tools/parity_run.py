@@ -1,35 +1,36 @@
 r"""Run :mod:`~lightning_anyaccel.kit.tools.parity` for strategies: the serial reference, then each strategy on N processes.
 
-One launch trains every run of ``--strategy`` (comma-separated) one after the other in the same
-processes, a new Trainer each (for ``fabric_NAME``, a new Fabric and its loop:
-:mod:`~lightning_anyaccel.kit.tools.parity_fabric`); rank 0 first computes the serial reference on its device
-(last where a run forks: ``fork`` needs a parent that has not used the device). A run is a strategy's
-short name, or ``NAME+CONTROL`` to break it on purpose (``ddp+sum_grads``: a negative
-control of :data:`lightning_anyaccel.kit.tools.parity.CONTROLS`), ``@bf16`` at the end to train it in
-bf16-mixed (``fsdp2@bf16``; ``--precision`` is the others'). Files::
+One launch trains every run of ``--strategy`` (comma-separated) one after the other in the same processes, a
+new Trainer each (for ``fabric_NAME``, a new Fabric and its loop:
+:mod:`~lightning_anyaccel.kit.tools.parity_fabric`); rank 0 first computes the serial reference on its
+device (:func:`reference_run`; last where a run forks: ``fork`` needs a parent that has not used the
+device). A run is a strategy's short name, or ``NAME+CONTROL`` to break it on purpose (``ddp+sum_grads``: a
+negative control of :data:`lightning_anyaccel.kit.tools.parity.CONTROLS`), ``@bf16`` at the end to train it
+in bf16-mixed (``fsdp2@bf16``; ``--precision`` is the others'). Files::
 
     <out>/reference.pt              the serial run's steps (rank 0, before any strategy or after a fork)
     <out>/reference-bf16.pt         the serial bf16-mixed run, where a run is ``NAME@bf16``
     <out>/<run>/rank<N>.pt          what rank N saw, as full tensors
 
 :func:`judge` compares them (:mod:`lightning_anyaccel.kit.tools.parity_compare`). The tests run it from
-``tests/scripts/parity_run.py`` (popen DDP re-runs the script per rank); the validation kit from its worker.
+``tests/scripts/parity_run.py`` (popen DDP re-runs the script per rank); the validation kit's worker runs one
+process of a check with :func:`rank`.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils.data import DataLoader
 
 from lightning_anyaccel.kit.tools import parity, parity_fabric
 from lightning_anyaccel.kit.tools.parity_compare import ParityReport, compare, compare_bf16
 
 if TYPE_CHECKING:
-    from lightning_anyaccel.device.spec import DeviceSpec
+    from lightning_anyaccel.accelerator import AnyAccelerator
 
 #: Short names of the strategies the parity check trains (``build_strategy``).
 STRATEGIES = ("ddp", "ddp_find_unused", "ddp_spawn", "ddp_fork", "fsdp", "fsdp_grad_op", "fsdp_cpu_offload", "fsdp2",
@@ -95,7 +96,34 @@ def build_strategy(name: str) -> Any:
     raise ValueError(f"--strategy must be among {STRATEGIES}, not {name!r}")
 
 
-def fit(spec: DeviceSpec, strategy: str, devices: int, num_nodes: int, precision: str, control: str,
+def reference_run(device: torch.device | str, world_size: int, precision: str = "32-true") -> list[dict[str, Any]]:
+    """The serial run of :mod:`~lightning_anyaccel.kit.tools.parity`: the whole global batch per step on one
+    ``device``, plain torch."""
+    device = torch.device(device)
+    net = parity.build_net().to(device)
+    trainable = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD([p for _, p in trainable], lr=parity.LR, momentum=0.9)
+    batches = DataLoader(parity.dataset(world_size), batch_size=world_size * parity.PER_RANK_BATCH, shuffle=False)
+    steps = []
+    for x, y in batches:
+        x, y = x.to(device), y.to(device)
+        before = {n: parity.host(p) for n, p in trainable}
+        optimizer.zero_grad()
+        with torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16-mixed"):
+            out = net(x)
+        torch.nn.functional.mse_loss(out.float(), y).backward()
+        record = parity.StepRecord(grads={n: parity.host(p.grad) for n, p in trainable})
+        record.norm_before = parity.global_norm(record.grads)
+        torch.nn.utils.clip_grad_norm_([p for _, p in trainable], parity.CLIP)
+        record.norm_after = parity.global_norm({n: parity.host(p.grad) for n, p in trainable})
+        optimizer.step()
+        record.update = {n: parity.host(p) - before[n] for n, p in trainable}
+        record.frozen = {n: parity.host(p) for n, p in net.named_parameters() if not p.requires_grad}
+        steps.append(record.as_dict())
+    return steps
+
+
+def fit(accelerator: AnyAccelerator, strategy: str, devices: int, num_nodes: int, precision: str, control: str,
         out: Path) -> tuple[Any, parity.ParityModule]:
     """Train one strategy ``parity.STEPS`` steps, each rank's steps to ``out/rank<N>.pt``; the Trainer, the model.
 
@@ -104,16 +132,24 @@ def fit(spec: DeviceSpec, strategy: str, devices: int, num_nodes: int, precision
     """
     from lightning.pytorch import Trainer
 
-    from lightning_anyaccel.accelerator import AnyAccelerator
-
     model = parity.ParityModule(control, out)
-    trainer = Trainer(accelerator=AnyAccelerator(spec), strategy=build_strategy(strategy), devices=devices,
+    trainer = Trainer(accelerator=accelerator, strategy=build_strategy(strategy), devices=devices,
                       num_nodes=num_nodes, precision=precision,  # type: ignore[arg-type]  # a str of its literals
                       max_steps=parity.STEPS, gradient_clip_val=parity.CLIP, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                       num_sanity_val_steps=0, limit_val_batches=0, use_distributed_sampler=False)
     trainer.fit(model)
     return trainer, model
+
+
+def rank(accelerator: AnyAccelerator, strategy: str, devices: int, precision: str, control: str,
+         out: Path) -> tuple[Any, parity.ParityModule]:
+    """One process of a strategy's parity on ``devices`` processes (the validation kit's parity checks): the
+    launching process first runs the serial reference on device 0 (:func:`reference`), then each rank trains
+    ``strategy`` (:func:`fit`, into ``out/<strategy>``); the Trainer and the model, as :func:`fit` returns them."""
+    if parity.launching():
+        reference(accelerator.spec.device(0), devices, out, bf16=precision == "bf16-mixed")
+    return fit(accelerator, strategy, devices, 1, precision, control, out / strategy)
 
 
 def judge(out: Path, strategy: str, processes: int, precision: str = "32-true") -> ParityReport:
@@ -148,33 +184,36 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--strategy: {', '.join(unknown)}: each must be NAME[+CONTROL][@bf16], NAME among"
                      f" {', '.join(STRATEGIES + FABRIC)}, CONTROL among {', '.join(parity.CONTROLS)}"
                      " (unsharded_param: the Trainer's runs only)")
+    from lightning_anyaccel.accelerator import AnyAccelerator
     from lightning_anyaccel.device import runtime
     from lightning_anyaccel.device.devices import get_spec
     from lightning_anyaccel.kit.tools.local_runs import quiet_lightning
 
-    spec = get_spec(args.device_type or runtime.detect_device_type())
+    accelerator = AnyAccelerator(get_spec(args.device_type or runtime.detect_device_type()))
     quiet_lightning(all_warnings=True)
     torch.set_num_threads(1)
     out = Path(args.out)
-    first = all(os.environ.get(key, "0") == "0" for key in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+    device, world_size = accelerator.spec.device(0), args.devices * args.num_nodes  # the serial runs' device
+    bf16 = any(precision == "bf16-mixed" for *_, precision in runs)
+    first = parity.launching()
     forks = any(name == "ddp_fork" for _, name, _, _ in runs)  # a fork needs a parent that has not used the device
     if first and not forks:  # the launching process, before it starts any rank
-        reference(spec, args.devices * args.num_nodes, runs, out)
+        reference(device, world_size, out, bf16)
     for run, name, control, precision in runs:
         if name in FABRIC:
-            parity_fabric.fit(spec, name, args.devices, args.num_nodes, precision, out / run, control or "none")
+            parity_fabric.fit(accelerator, name, args.devices, args.num_nodes, precision, out / run, control or "none")
         else:
-            fit(spec, name, args.devices, args.num_nodes, precision, control or "none", out / run)
+            fit(accelerator, name, args.devices, args.num_nodes, precision, control or "none", out / run)
     if first and forks:
-        reference(spec, args.devices * args.num_nodes, runs, out)
+        reference(device, world_size, out, bf16)
 
 
-def reference(spec: DeviceSpec, world_size: int, runs: list[tuple[str, str, str, str]], out: Path) -> None:
-    """The serial runs on device 0 of ``spec``'s type: fp32, and bf16-mixed where a run is ``NAME@bf16``."""
+def reference(device: torch.device, world_size: int, out: Path, bf16: bool = False) -> None:
+    """The serial runs on ``device``: fp32 to ``out/reference.pt`` and, with ``bf16``, bf16-mixed to
+    ``out/reference-bf16.pt`` (once: a reference already there is kept)."""
     if (out / "reference.pt").exists():
         return
     out.mkdir(parents=True, exist_ok=True)
-    device = spec.device(0)
-    torch.save(parity.reference_run(device, world_size), out / "reference.pt")
-    if any(precision == "bf16-mixed" for *_, precision in runs):
-        torch.save(parity.reference_run(device, world_size, "bf16-mixed"), out / "reference-bf16.pt")
+    torch.save(reference_run(device, world_size), out / "reference.pt")
+    if bf16:
+        torch.save(reference_run(device, world_size, "bf16-mixed"), out / "reference-bf16.pt")

@@ -115,7 +115,7 @@ def skip_reason(check: KitCheck, spec: DeviceSpec, count: int) -> str | None:
 
 
 def _model(check: KitCheck) -> Any:
-    """The LightningModule of ``check``: the demo MLP (sharded per layer under FSDP2), or a small GPT-2."""
+    """The LightningModule of a training check: the demo MLP, or a small GPT-2."""
     import torch
     from typing_extensions import override
 
@@ -125,28 +125,11 @@ def _model(check: KitCheck) -> Any:
         return _gpt2_module()
 
     class KitModel(DemoModel):
-        def __init__(self) -> None:
-            super().__init__(hidden=64)
-            self.sharded = False
-
-        @override
-        def configure_model(self) -> None:
-            mesh = self.device_mesh
-            if mesh is None:
-                return  # FSDP1 wraps by policy; DeepSpeed partitions itself
-            from torch.distributed.fsdp import fully_shard
-
-            for layer in self.net:
-                if isinstance(layer, torch.nn.Linear):
-                    fully_shard(layer, mesh=mesh["data_parallel"])
-            fully_shard(self.net, mesh=mesh["data_parallel"])
-            self.sharded = True
-
         @override
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.Adam(self.parameters(), lr=0.01)
 
-    return KitModel()
+    return KitModel(hidden=64)
 
 
 def _gpt2_module() -> Any:
@@ -193,24 +176,22 @@ def _loader(check: KitCheck) -> Any:
     return demo_loader()
 
 
-def _launching() -> bool:
-    """Whether this process is the one the kit started (not a rank a strategy launched from it)."""
-    import os
-
-    return all(os.environ.get(key, "0") == "0" for key in ("LOCAL_RANK", "NODE_RANK", "RANK"))
-
-
 def worker(check: KitCheck, spec: DeviceSpec, devices: int, out: Path, control: str = "none") -> None:
     """Run ``check`` in this process (a rank of it) and write what it saw to ``out/rank<N>.json``.
 
-    ``devices``: the processes of its parity where it has one. ``control`` breaks the parity's run on purpose
-    (:data:`lightning_anyaccel.kit.tools.parity.CONTROLS`): the kit's own tests show that a broken strategy fails.
+    Each kind of check runs in its own module, and this process's Trainers share one accelerator: the
+    all-reduce (:func:`lightning_anyaccel.kit.verify.check_collective`), a parity check's rank
+    (:func:`lightning_anyaccel.kit.tools.parity_run.rank`), a training check, then the GPT-2's own parity
+    (:func:`lightning_anyaccel.kit.tools.parity_gpt2.rank`). ``devices``: the processes of its parity where it has
+    one. ``control`` breaks the parity's run on purpose (:data:`lightning_anyaccel.kit.tools.parity.CONTROLS`): the
+    kit's own tests show that a broken strategy fails.
     """
     import torch
     from lightning.pytorch import Callback, Trainer
     from typing_extensions import override
 
     from lightning_anyaccel.accelerator import AnyAccelerator
+    from lightning_anyaccel.kit.tools import parity, parity_gpt2, parity_run
     from lightning_anyaccel.kit.tools.local_runs import quiet_lightning
 
     quiet_lightning(all_warnings=True)
@@ -219,11 +200,18 @@ def worker(check: KitCheck, spec: DeviceSpec, devices: int, out: Path, control: 
 
         (out / "rank0.json").write_text(json.dumps({"rank": 0, "detail": check_collective(spec)}))
         return
+    accelerator = AnyAccelerator(spec)
     if check.parity and not check.own_parity:
-        _parity_worker(check, spec, devices, out, control)
+        trainer, model = parity_run.rank(accelerator, check.parity, devices, check.precision, control, out)
+        result = {"rank": trainer.global_rank, "world_size": trainer.world_size, "global_step": trainer.global_step,
+                  "losses": model.losses, "root_device": str(trainer.strategy.root_device),
+                  "param_device": model.param_device, "batch_device": model.batch_device, "autocast": [],
+                  "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
+                  "strategy": type(trainer.strategy).__name__, "sharded": check.parity == "fsdp2"}
+        (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(result))
         return
-    if check.own_parity and not _launching():  # a rank DDP launched for the parity: only the parity
-        _own_parity(check, spec, devices, out / "parity", control)
+    if check.own_parity and not parity.launching():  # a rank DDP launched for the GPT-2's parity: only the parity
+        parity_gpt2.rank(accelerator, devices, check.precision, control, out / "parity")
         return
     torch.manual_seed(0)
     seen: dict[str, Any] = {}
@@ -251,20 +239,10 @@ def worker(check: KitCheck, spec: DeviceSpec, devices: int, out: Path, control: 
         logger = CSVLogger(out, name="stats")
         callbacks.append(DeviceStatsMonitor())
     steps = 4 if check.name == "checkpoint" else 6
-    strategy: Any = check.strategy
-    if check.name == "fsdp":
-        from lightning_anyaccel.strategies.fsdp import AnyFSDPStrategy
-
-        strategy = AnyFSDPStrategy(auto_wrap_policy={torch.nn.Linear})
-    elif check.name == "deepspeed":
-        from lightning_anyaccel.strategies.deepspeed import AnyDeepSpeedStrategy
-
-        strategy = AnyDeepSpeedStrategy(stage=2, reduce_bucket_size=2_000_000, allgather_bucket_size=2_000_000)
 
     def fit(max_steps: int, ckpt_path: str | None = None) -> tuple[Trainer, Any]:
         model = _model(check)
-        trainer = Trainer(accelerator=AnyAccelerator(spec), strategy=strategy,
-                          devices=1 if check.own_parity else devices,
+        trainer = Trainer(accelerator=accelerator, strategy=check.strategy, devices=1,
                           precision=check.precision,  # type: ignore[arg-type]  # a str of Lightning's literals
                           max_steps=max_steps, logger=logger, callbacks=callbacks,
                           log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False,
@@ -273,7 +251,7 @@ def worker(check: KitCheck, spec: DeviceSpec, devices: int, out: Path, control: 
         return trainer, model
 
     trainer, model = fit(steps)
-    result: dict[str, Any] = {
+    result = {
         "rank": trainer.global_rank, "world_size": trainer.world_size, "global_step": trainer.global_step,
         "losses": model.losses, "autocast": sorted({f"{t}:{d}" for t, d in model.autocast_seen}),
         "root_device": str(trainer.strategy.root_device), **seen,
@@ -283,8 +261,6 @@ def worker(check: KitCheck, spec: DeviceSpec, devices: int, out: Path, control: 
     scaler = getattr(trainer.precision_plugin, "scaler", None)
     result["precision_device"] = getattr(trainer.precision_plugin, "device", None)  # autocast's and the scaler's
     result["scaler"] = bool(scaler is not None and scaler.is_enabled())
-    if check.strategy == "any_fsdp2":
-        result["sharded"] = bool(getattr(model, "sharded", False))
     if check.name == "device-stats":
         log_dir = trainer.logger.log_dir if trainer.logger else None
         result["metrics"] = (Path(log_dir) / "metrics.csv").read_text() if log_dir else ""
@@ -297,41 +273,8 @@ def worker(check: KitCheck, spec: DeviceSpec, devices: int, out: Path, control: 
         resumed, again = fit(8, ckpt_path=str(path))
         result["resumed_step"], result["resumed_losses"] = resumed.global_step, again.losses
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(result))
-    if check.own_parity and devices >= 2:
-        _own_parity(check, spec, devices, out / "parity", control)
-
-
-def _own_parity(check: KitCheck, spec: DeviceSpec, devices: int, out: Path, control: str) -> None:
-    """The parity of the check's own model (the GPT-2): the serial runs first (the launching process), then DDP
-    on ``devices`` processes, in the check's precision (:mod:`lightning_anyaccel.kit.tools.parity_gpt2`)."""
-    import torch
-
-    from lightning_anyaccel.kit.tools import parity_gpt2
-
-    if _launching():
-        out.mkdir(parents=True, exist_ok=True)
-        device = spec.device(0)
-        torch.save(parity_gpt2.reference_run(device, devices), out / "reference.pt")
-        if check.precision == "bf16-mixed":
-            torch.save(parity_gpt2.reference_run(device, devices, "bf16-mixed"), out / "reference-bf16.pt")
-    parity_gpt2.fit(spec, devices, check.precision, control, out)
-
-
-def _parity_worker(check: KitCheck, spec: DeviceSpec, devices: int, out: Path, control: str) -> None:
-    """A parity check's rank: the serial reference first (the launching rank), then the strategy's run."""
-    import torch
-
-    from lightning_anyaccel.kit.tools import parity, parity_run
-
-    if _launching():
-        torch.save(parity.reference_run(spec.device(0), devices), out / "reference.pt")
-    trainer, model = parity_run.fit(spec, check.parity, devices, 1, check.precision, control, out / check.parity)
-    result = {"rank": trainer.global_rank, "world_size": trainer.world_size, "global_step": trainer.global_step,
-              "losses": model.losses, "root_device": str(trainer.strategy.root_device),
-              "param_device": model.param_device, "batch_device": model.batch_device, "autocast": [],
-              "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
-              "strategy": type(trainer.strategy).__name__, "sharded": check.parity == "fsdp2"}
-    (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(result))
+    if check.own_parity and devices >= 2:  # the serial runs first, then DDP on every device
+        parity_gpt2.rank(accelerator, devices, check.precision, control, out / "parity")
 
 
 def judge_parity(check: KitCheck, processes: int | None, out: Path) -> dict[str, Any]:
