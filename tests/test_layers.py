@@ -10,6 +10,7 @@ and no chain of imports comes back to where it started. The modules next to the 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -270,3 +271,133 @@ def test_the_structure_checks_see_a_resolution() -> None:
     """The checks above read the code they are meant to: the places where a device enters resolve it."""
     assert resolutions("lightning_anyaccel.kit.validate") == {"main": 1}
     assert resolutions("lightning_anyaccel.device.devices")["device_of"] == 1  # its look-up in the table
+
+
+# ---- the device's walk: each module of the kit entered once (docs/architecture.md, "How a device travels") ----
+
+#: Where the validation kit's device begins its walk: a check's process, with the spec its ``main`` resolved.
+WALK_START = ("lightning_anyaccel.kit.tools.validation_checks", "worker", "spec")
+#: The module whose class, called with the device, makes the accelerator: what it returns is the device too.
+ACCELERATOR = "lightning_anyaccel.accelerator"
+
+
+def _on_kit_path(module: str) -> bool:
+    """The modules the walk follows: the kit's and the accelerator's (the layers below serve the spec: not followed)."""
+    return module.startswith("lightning_anyaccel.kit.") or module == ACCELERATOR
+
+
+@functools.cache
+def _tree(module: str) -> ast.Module:
+    return ast.parse(MODULES[module].read_text())
+
+
+@functools.cache
+def _bound_names(module: str) -> dict[str, tuple[str, str | None]]:
+    """Each name ``module`` binds to the package -> (module, its function or class; ``None`` for a module), its
+    imports inside functions too, and its own top-level functions and classes."""
+    tree = _tree(module)
+    names: dict[str, tuple[str, str | None]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("lightning_anyaccel"):
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                names[alias.asname or alias.name] = (submodule, None) if submodule in MODULES else (str(node.module),
+                                                                                                    alias.name)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = (module, node.name)
+    return names
+
+
+def _callee(module: str, function: ast.expr) -> tuple[str, str] | None:
+    """(module, function or class) of the package that a call in ``module`` reaches: ``f(...)`` or ``m.f(...)``
+    (``m`` a module of the package); ``None`` for anything else (methods, other packages)."""
+    names = _bound_names(module)
+    if isinstance(function, ast.Name) and function.id in names:
+        found, name = names[function.id]
+        return (found, name) if name is not None else None
+    if isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name) and function.value.id in names:
+        found, name = names[function.value.id]
+        return (found, function.attr) if name is None else None
+    return None
+
+
+def _is_device(node: ast.expr, forms: set[str], module: str) -> bool:
+    """Whether ``node`` is the device: a name holding it, an attribute or a method's result of it
+    (``spec.device(0)``, ``accelerator.spec``), or the accelerator built from it (``AnyAccelerator(spec)``)."""
+    if isinstance(node, ast.Name):
+        return node.id in forms
+    if isinstance(node, (ast.Attribute, ast.Subscript)):
+        return _is_device(node.value, forms, module)
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Attribute) and _is_device(node.func.value, forms, module):
+            return True
+        callee = _callee(module, node.func)
+        return callee is not None and callee[0] == ACCELERATOR and any(
+            _is_device(arg, forms, module) for arg in [*node.args, *(k.value for k in node.keywords)])
+    return False
+
+
+def _carries(node: ast.expr, forms: set[str]) -> bool:
+    return any(isinstance(child, ast.Name) and child.id in forms for child in ast.walk(node))
+
+
+def _receivers(module: str, name: str, call: ast.Call, forms: set[str]) -> dict[str, set[str]]:
+    """The functions of ``module`` that ``call`` of ``name`` runs (a class: its ``__new__`` and ``__init__``) -> the
+    parameters that receive the device."""
+    functions = _functions(_tree(module))
+    targets = [f"{name}.{method}" for method in ("__new__", "__init__") if f"{name}.{method}" in functions] or [name]
+    found: dict[str, set[str]] = {}
+    for target in (t for t in targets if t in functions):
+        arguments = functions[target].args
+        positional = [p.arg for p in [*arguments.posonlyargs, *arguments.args]]
+        if "." in target and positional[:1] in (["self"], ["cls"]):
+            positional = positional[1:]
+        received = {positional[i] for i, arg in enumerate(call.args) if i < len(positional) and _carries(arg, forms)}
+        received |= {k.arg for k in call.keywords if k.arg and _carries(k.value, forms)}
+        found[target] = received
+    return found
+
+
+def device_walk(module: str, function: str, parameter: str) -> list[str]:
+    """The modules of the kit's path (the kit's and the accelerator's) that a device entering ``module.function`` as
+    ``parameter`` enters, in the order the code is written: each call that passes it on (it, or what is made of it:
+    :func:`_is_device`) to a function of such a module enters that module, and the walk goes on in that function
+    (once per function) with the parameters that receive it; a module entered again after another is listed again,
+    calls one after the other within one module are one entry. Branches are walked one after the other."""
+    entered: list[str] = [module]
+    walked: set[tuple[str, str]] = set()
+
+    def walk(module: str, function: str, forms: set[str]) -> None:
+        walked.add((module, function))
+        nodes = sorted((n for n in ast.walk(_functions(_tree(module))[function]) if isinstance(n, (ast.Assign, ast.Call))),
+                       key=lambda n: (n.lineno, n.col_offset))
+        for node in nodes:
+            if isinstance(node, ast.Assign):
+                if _is_device(node.value, forms, module):
+                    forms |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+                continue
+            callee = _callee(module, node.func)
+            passed = [arg for arg in [*node.args, *(k.value for k in node.keywords)] if _carries(arg, forms)]
+            if callee is None or not passed or not _on_kit_path(callee[0]):
+                continue
+            if entered[-1] != callee[0]:
+                entered.append(callee[0])
+            for target, received in _receivers(*callee, node, forms).items():
+                if (callee[0], target) not in walked:
+                    walk(callee[0], target, received)
+
+    walk(module, function, {parameter})
+    return entered
+
+
+def test_the_device_enters_each_module_of_the_kit_once() -> None:
+    """From a check's worker the device goes on as its spec, or as the accelerator built from it once, into each
+    module of the kit's path once: each kind of check runs in its own module (the all-reduce in ``kit/verify.py``,
+    a parity check's rank in ``parity_run.py``, the GPT-2's parity in ``parity_gpt2.py``), and none hands the
+    device back to a module it has left (a helper of the worker's module called after the device went on)."""
+    walk = device_walk(*WALK_START)
+    again = sorted({module for i, module in enumerate(walk) if module in walk[:i]})
+    assert again == [], f"the device enters {again} again along {walk}: call each kind of check's module from one place"
+    kit = "lightning_anyaccel.kit."
+    assert {f"{kit}verify", ACCELERATOR, f"{kit}tools.parity_run", f"{kit}tools.parity_gpt2"} <= set(walk), walk
