@@ -22,6 +22,7 @@ from _cluster import (
     missing,
     not_root,
     reports,
+    skip_repeat,
     slurm_cluster,
     train_args,
     veth_hosts,
@@ -238,11 +239,14 @@ DOCUMENTED_USES = {
 }
 
 
-#: the scripts whose documented use runs the code path another test of this file runs (the script, Lightning's
-#: cluster environment, 2 "nodes"): test_env_vars_on_localhost and test_two_hosts_in_network_namespaces run
-#: env_vars.sh, test_torchrun_c10d runs torchrun.sh, each checking every rank in depth; their documented use
-#: trains with ANYACCEL_RUN_REPEATS=1 (docs/contributing.md, "Repeats")
-REPEATED_USES = {"env_vars.sh": "test_env_vars_on_localhost", "torchrun.sh": "test_torchrun_c10d"}
+#: the scripts whose documented use runs the code path another test of this file runs (the script, the cluster
+#: environment, 2 "nodes"): test_env_vars_on_localhost and test_two_hosts_in_network_namespaces run env_vars.sh,
+#: test_torchrun_c10d runs torchrun.sh, each checking every rank in depth; mpiexec.sh's MPICH branch starts
+#: the ranks of test_mpiexec_with_a_mismatched_trainer_fails_fast_on_every_rank, and the same MPICH launch of
+#: 2 "nodes" x 2 (`-launcher fork -hosts localhost:2,127.0.0.1:2`) trains in test_mpich_through_the_pbs_script,
+#: which checks every rank; their documented use trains with ANYACCEL_RUN_REPEATS=1 (docs/contributing.md, "Repeats")
+REPEATED_USES = {"env_vars.sh": "test_env_vars_on_localhost", "torchrun.sh": "test_torchrun_c10d",
+                 "mpiexec.sh": "test_mpich_through_the_pbs_script"}
 
 
 def _header(script: str) -> str:
@@ -263,8 +267,8 @@ def test_launch_script_headers_show_their_documented_use(script: str) -> None:
 def test_documented_launch_trains_the_example(tmp_path: Path, script: str) -> None:
     """Each launch script's own usage line, as its header shows it, trains examples/train.py on 2 local "nodes"
     (10.0.0.1, the header's stand-in for node 0's address, becomes 127.0.0.1; its ports become free ones)."""
-    if script in REPEATED_USES and os.environ.get("ANYACCEL_RUN_REPEATS") != "1":
-        pytest.skip(f"repeats the launch {REPEATED_USES[script]} runs; ANYACCEL_RUN_REPEATS=1 runs it")
+    if script in REPEATED_USES:
+        skip_repeat(REPEATED_USES[script])
     if script == "mpiexec.sh" and not MPICH.exists():
         pytest.skip("MPICH's mpiexec not installed (pip install mpich; CI does)")
     shared, command, nodes = DOCUMENTED_USES[script]
@@ -285,19 +289,20 @@ def test_documented_launch_trains_the_example(tmp_path: Path, script: str) -> No
 
 
 def test_mpiexec_with_a_mismatched_trainer_fails_fast_on_every_rank(tmp_path: Path) -> None:
-    """Lightning's MPIEnvironment crashes two ranks and leaves two waiting 30 min; ours refuses at once."""
+    """MPICH through scripts/launch/mpiexec.sh starts one node of 2 processes, the Trainer is told 2 nodes x 1:
+    the ranks refuse before connecting (no rank waits for a node that never comes)."""
     if not MPICH.exists():
         pytest.skip("MPICH's mpiexec not installed (pip install mpich; CI does)")
     out = tmp_path / "out"
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "MPIEXEC": str(MPICH), "NNODES": "1",
+           "PPN": "2"}
     with Job(env=env) as job:
-        # one node of 4 processes, but the Trainer is told 2 nodes x 2
-        job.spawn([str(MPICH), "-n", "4", PYTHON, *train_args(out)], tmp_path / "mpiexec.log")
+        job.spawn(["bash", str(LAUNCH / "mpiexec.sh"), PYTHON, *train_args(out, devices=1)], tmp_path / "mpiexec.log")
         results = job.wait(timeout=90)
     assert results[0].returncode not in (0, None)
     assert results[0].seconds < 60
     # the first ranks to refuse end the job (mpiexec stops the others), no rank waits
-    assert "started 4 processes on this node, but the Trainer has devices=2" in results[0].output
+    assert "started 2 processes on this node, but the Trainer has devices=1" in results[0].output
     assert not reports(out)
     leftovers = alive_pids(out)
     kill_pids(leftovers)
