@@ -103,11 +103,12 @@ def test_two_hosts_in_network_namespaces(tmp_path: Path) -> None:
 
         # Control: force gloo onto loopback (what happens without the derivation). The job
         # must not train, and every process must end within the timeout (15 s) plus margin.
+        # One process per node: the connection that fails is the one between the nodes.
         out = tmp_path / "control"
         with Job(env={"MASTER_ADDR": main, "MASTER_PORT": str(free_port()), "GLOO_SOCKET_IFNAME": "lo"}) as job:
             for node, host in enumerate(hosts):
                 job.spawn(["ip", "netns", "exec", host.name, "bash", str(LAUNCH / "env_vars.sh"), PYTHON,
-                           *train_args(out, "--timeout", "15")], tmp_path / f"control{node}.log",
+                           *train_args(out, "--timeout", "15", devices=1)], tmp_path / f"control{node}.log",
                           env={"NODE_RANK": str(node)})
             results = job.wait(timeout=90)
         assert all(r.returncode not in (0, None) for r in results), [(r.returncode, r.seconds) for r in results]
