@@ -134,7 +134,14 @@ def test_torchrun_c10d(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not (VENV_BIN / "torchrun").exists(), reason="torchrun not next to this python")
 def test_torchrun_with_another_process_count_fails_fast_on_every_rank(tmp_path: Path) -> None:
-    """torchrun starts 2 processes, the script asks for devices=3: every rank refuses before training, none stays."""
+    """torchrun starts 2 processes, the script asks for devices=3: every rank refuses before training, none stays.
+
+    A repeat (docs/contributing.md, "Repeats"): the refusal (``check_process_count``, in every rank before any
+    process group) runs with torchrun's variables for every strategy and both front ends in
+    tests/test_launchers.py, in real ranks that then end in the MPICH test below, and torchrun's variables reach
+    real ranks in test_torchrun_c10d."""
+    skip_repeat("tests/test_launchers.py::test_every_strategy_refuses_a_launch_of_another_process_count,"
+                " test_mpiexec_with_a_mismatched_trainer_fails_fast_on_every_rank and test_torchrun_c10d")
     out = tmp_path / "out"
     with Job(env={}) as job:
         job.spawn([str(VENV_BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "--max-restarts=0",
