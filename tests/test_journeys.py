@@ -5,7 +5,8 @@
   ``trainer.test(ckpt_path="best")``) under Open MPI and MPICH: on one node with 2 ranks, and on
   two "hosts" (network namespaces joined by a veth pair) with one rank each, started by one
   launcher whose remote-start agent enters the other namespace. The four jobs cover both
-  launchers x both strategies x both layouts without running every combination;
+  launchers x both strategies x both layouts without running every combination; ``make test`` leaves
+  out the two of one node as repeats (``ANYACCEL_RUN_REPEATS=1`` runs them, ``REPEATED_ON_ONE_NODE``);
 - FSDP by Lightning's name (``strategy="fsdp"``) under SLURM;
 - Fabric with no strategy under torchrun;
 - the vendor READMEs' first example with Fabric, ``Fabric(accelerator="any", devices=2)`` with no
@@ -38,6 +39,7 @@ from _cluster import (
     missing,
     not_root,
     reports,
+    skip_repeat,
     slurm_cluster,
     veth_hosts,
 )
@@ -133,11 +135,23 @@ def aurora_args(out: Path, strategy: str, devices: int, num_nodes: int) -> list[
 
 # ----- one node, 2 ranks --------------------------------------------------------------------------
 
+#: the one-node jobs on CPU whose code path other tests of ``make test`` run (docs/contributing.md, "Repeats"):
+#: Open MPI's: the same mpiexec.sh job on the emulated seed devices (ZeRO-2 on hpu), ZeRO-2 on CPU under MPI on
+#: two hosts; MPICH's: aurora.pbs's default command under MPICH on one node (the documented job of
+#: tests/test_scaleout_launch.py), MPICH's ranks checked one by one there, the script's DDP in bf16 on two hosts
+REPEATED_ON_ONE_NODE = {
+    "openmpi": "test_aurora_script_on_the_emulated_seed_devices and"
+               " test_aurora_script_on_two_hosts[mpich-deepspeed_stage_2]",
+    "mpich": "test_documented_aurora_job_trains_the_example, test_mpich_through_the_pbs_script and"
+             " test_aurora_script_on_two_hosts[openmpi-ddp]",
+}
+
 
 @pytest.mark.timeout(JOB_TIMEOUT + 60)
 @pytest.mark.parametrize(("launcher", "strategy"), [("openmpi", "deepspeed_stage_2"), ("mpich", "ddp")])
 def test_aurora_script_on_one_node(tmp_path: Path, launcher: str, strategy: str) -> None:
     """Open MPI through ``scripts/launch/mpiexec.sh``; MPICH through the Aurora PBS script."""
+    skip_repeat(REPEATED_ON_ONE_NODE[launcher])
     _skip_unless(launcher, strategy)
     out = tmp_path / "out"
     env = {"MASTER_PORT": str(free_port()), **DS_ENV}

@@ -116,6 +116,14 @@ LAUNCHERS = {
 }
 #: Open MPI refuses to start as root without the first two (CI runs as root); TCP between its processes
 OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_btl": "self,tcp"}
+#: launchers whose cell runs a code path other tests of ``make test`` run (docs/contributing.md, "Repeats"): the
+#: variable in the processes an external launcher starts, and ``Trainer()`` choosing DDP on the devices under it, in
+#: the Open MPI cell (the launcher that passes only the variables named with -x) and with srun; MPICH's and
+#: torchrun's ranks, their environment inherited, train in tests/test_scaleout_launch.py, every rank checked
+REPEATED_LAUNCHERS = {"mpich": "the openmpi cell, test_the_variable_reaches_every_task_srun_starts and"
+                               " test_scaleout_launch.py::test_mpich_through_the_pbs_script",
+                      "torchrun": "the openmpi cell, test_the_variable_reaches_every_task_srun_starts and"
+                                  " test_scaleout_launch.py::test_torchrun_c10d"}
 APP = [str(ROOT / "examples" / "cli_app.py"), "fit", "--config", str(ROOT / "examples" / "cli_app.yaml"),
        "--trainer.max_epochs", "2"]
 
@@ -134,9 +142,11 @@ def test_the_variable_reaches_every_rank_a_launcher_starts(launcher, tmp_path):
     """``mpiexec -n 2 python cli_app.py fit ...`` (MPICH, Open MPI), ``torchrun --nproc-per-node=2 cli_app.py fit
     ...``: the launcher, not Lightning, starts both ranks, and each is put to work by the variable it inherits."""
     pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the programs extra)")
-    from _cluster import Job
+    from _cluster import Job, skip_repeat
     from lightning_anyaccel.kit.tools.local_runs import free_port
 
+    if launcher in REPEATED_LAUNCHERS:
+        skip_repeat(REPEATED_LAUNCHERS[launcher])
     command = LAUNCHERS[launcher]
     if not Path(command[0]).exists():
         pytest.skip(f"{command[0]} is not installed (CI installs it: see .ci/run)")

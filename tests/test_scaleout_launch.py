@@ -22,6 +22,7 @@ from _cluster import (
     missing,
     not_root,
     reports,
+    skip_repeat,
     slurm_cluster,
     train_args,
     veth_hosts,
@@ -102,11 +103,12 @@ def test_two_hosts_in_network_namespaces(tmp_path: Path) -> None:
 
         # Control: force gloo onto loopback (what happens without the derivation). The job
         # must not train, and every process must end within the timeout (15 s) plus margin.
+        # One process per node: the connection that fails is the one between the nodes.
         out = tmp_path / "control"
         with Job(env={"MASTER_ADDR": main, "MASTER_PORT": str(free_port()), "GLOO_SOCKET_IFNAME": "lo"}) as job:
             for node, host in enumerate(hosts):
                 job.spawn(["ip", "netns", "exec", host.name, "bash", str(LAUNCH / "env_vars.sh"), PYTHON,
-                           *train_args(out, "--timeout", "15")], tmp_path / f"control{node}.log",
+                           *train_args(out, "--timeout", "15", devices=1)], tmp_path / f"control{node}.log",
                           env={"NODE_RANK": str(node)})
             results = job.wait(timeout=90)
         assert all(r.returncode not in (0, None) for r in results), [(r.returncode, r.seconds) for r in results]
@@ -132,7 +134,14 @@ def test_torchrun_c10d(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not (VENV_BIN / "torchrun").exists(), reason="torchrun not next to this python")
 def test_torchrun_with_another_process_count_fails_fast_on_every_rank(tmp_path: Path) -> None:
-    """torchrun starts 2 processes, the script asks for devices=3: every rank refuses before training, none stays."""
+    """torchrun starts 2 processes, the script asks for devices=3: every rank refuses before training, none stays.
+
+    A repeat (docs/contributing.md, "Repeats"): the refusal (``check_process_count``, in every rank before any
+    process group) runs with torchrun's variables for every strategy and both front ends in
+    tests/test_launchers.py, in real ranks that then end in the MPICH test below, and torchrun's variables reach
+    real ranks in test_torchrun_c10d."""
+    skip_repeat("tests/test_launchers.py::test_every_strategy_refuses_a_launch_of_another_process_count,"
+                " test_mpiexec_with_a_mismatched_trainer_fails_fast_on_every_rank and test_torchrun_c10d")
     out = tmp_path / "out"
     with Job(env={}) as job:
         job.spawn([str(VENV_BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "--max-restarts=0",
@@ -238,11 +247,14 @@ DOCUMENTED_USES = {
 }
 
 
-#: the scripts whose documented use runs the code path another test of this file runs (the script, Lightning's
-#: cluster environment, 2 "nodes"): test_env_vars_on_localhost and test_two_hosts_in_network_namespaces run
-#: env_vars.sh, test_torchrun_c10d runs torchrun.sh, each checking every rank in depth; their documented use
-#: trains with ANYACCEL_RUN_REPEATS=1 (docs/contributing.md, "Repeats")
-REPEATED_USES = {"env_vars.sh": "test_env_vars_on_localhost", "torchrun.sh": "test_torchrun_c10d"}
+#: the scripts whose documented use runs the code path another test of this file runs (the script, the cluster
+#: environment, 2 "nodes"): test_env_vars_on_localhost and test_two_hosts_in_network_namespaces run env_vars.sh,
+#: test_torchrun_c10d runs torchrun.sh, each checking every rank in depth; mpiexec.sh's MPICH branch starts
+#: the ranks of test_mpiexec_with_a_mismatched_trainer_fails_fast_on_every_rank, and the same MPICH launch of
+#: 2 "nodes" x 2 (`-launcher fork -hosts localhost:2,127.0.0.1:2`) trains in test_mpich_through_the_pbs_script,
+#: which checks every rank; their documented use trains with ANYACCEL_RUN_REPEATS=1 (docs/contributing.md, "Repeats")
+REPEATED_USES = {"env_vars.sh": "test_env_vars_on_localhost", "torchrun.sh": "test_torchrun_c10d",
+                 "mpiexec.sh": "test_mpich_through_the_pbs_script"}
 
 
 def _header(script: str) -> str:
@@ -263,8 +275,8 @@ def test_launch_script_headers_show_their_documented_use(script: str) -> None:
 def test_documented_launch_trains_the_example(tmp_path: Path, script: str) -> None:
     """Each launch script's own usage line, as its header shows it, trains examples/train.py on 2 local "nodes"
     (10.0.0.1, the header's stand-in for node 0's address, becomes 127.0.0.1; its ports become free ones)."""
-    if script in REPEATED_USES and os.environ.get("ANYACCEL_RUN_REPEATS") != "1":
-        pytest.skip(f"repeats the launch {REPEATED_USES[script]} runs; ANYACCEL_RUN_REPEATS=1 runs it")
+    if script in REPEATED_USES:
+        skip_repeat(REPEATED_USES[script])
     if script == "mpiexec.sh" and not MPICH.exists():
         pytest.skip("MPICH's mpiexec not installed (pip install mpich; CI does)")
     shared, command, nodes = DOCUMENTED_USES[script]
@@ -285,19 +297,20 @@ def test_documented_launch_trains_the_example(tmp_path: Path, script: str) -> No
 
 
 def test_mpiexec_with_a_mismatched_trainer_fails_fast_on_every_rank(tmp_path: Path) -> None:
-    """Lightning's MPIEnvironment crashes two ranks and leaves two waiting 30 min; ours refuses at once."""
+    """MPICH through scripts/launch/mpiexec.sh starts one node of 2 processes, the Trainer is told 2 nodes x 1:
+    the ranks refuse before connecting (no rank waits for a node that never comes)."""
     if not MPICH.exists():
         pytest.skip("MPICH's mpiexec not installed (pip install mpich; CI does)")
     out = tmp_path / "out"
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "MPIEXEC": str(MPICH), "NNODES": "1",
+           "PPN": "2"}
     with Job(env=env) as job:
-        # one node of 4 processes, but the Trainer is told 2 nodes x 2
-        job.spawn([str(MPICH), "-n", "4", PYTHON, *train_args(out)], tmp_path / "mpiexec.log")
+        job.spawn(["bash", str(LAUNCH / "mpiexec.sh"), PYTHON, *train_args(out, devices=1)], tmp_path / "mpiexec.log")
         results = job.wait(timeout=90)
     assert results[0].returncode not in (0, None)
     assert results[0].seconds < 60
     # the first ranks to refuse end the job (mpiexec stops the others), no rank waits
-    assert "started 4 processes on this node, but the Trainer has devices=2" in results[0].output
+    assert "started 2 processes on this node, but the Trainer has devices=1" in results[0].output
     assert not reports(out)
     leftovers = alive_pids(out)
     kill_pids(leftovers)
