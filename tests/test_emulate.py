@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AUTOLOAD, ROOT, SRC, run_python
+from conftest import AUTOLOAD, LEAN_IMPORTS, ROOT, SRC, run_python
 
 #: A small Lightning program written the CUDA way: a seed through torch.cuda (line 23), a mask built on
 #: the CPU (line 14, used on line 15); ``devices`` from the command line.
@@ -51,9 +51,31 @@ FIXED = CUDA_WAY.replace("torch.ones(x.shape[0], 1)", "torch.ones(x.shape[0], 1,
 
 
 def _emulate(args: list[str], cwd: Path, timeout: float = 300) -> tuple[int, str]:
+    """``python -m lightning_anyaccel.emulate ARGS`` as a user runs it: its exit status and output."""
     env = {k: v for k, v in os.environ.items() if k != "LIGHTNING_ANYACCEL_EMULATE"}
     proc = run_python(["-m", "lightning_anyaccel.emulate", *args], env=env, cwd=cwd, timeout=timeout)
     return proc.returncode, proc.stdout
+
+
+def _emulate_here(args: list[str], cwd: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                  timeout: float = 300) -> tuple[int, str]:
+    """The command's ``main`` (all ``python -m lightning_anyaccel.emulate`` runs) in this process, in ``cwd``: its
+    exit status and what it and the program's processes wrote (stderr first, the report last). No interpreter is
+    started for the command itself (each would import Lightning, about 4 s of CPU); the program's processes are
+    started as the command starts them. ``--timeout`` bounds the program: at it, its process group ends. The
+    entry module's own runs: test_a_run_reports_each_problem_with_the_users_line_in_every_ddp_rank and
+    test_the_command_names_its_usage_without_a_program."""
+    from lightning_anyaccel.kit.emulate import main
+
+    monkeypatch.delenv("LIGHTNING_ANYACCEL_EMULATE", raising=False)
+    monkeypatch.chdir(cwd)
+    capfd.readouterr()
+    try:
+        code = main(["--timeout", str(timeout), *args])
+    except SystemExit as exited:  # argparse's error: exit status 2
+        code = exited.code if isinstance(exited.code, int) else 1
+    out, err = capfd.readouterr()
+    return code, err + out
 
 
 def test_import_of_the_package_loads_no_emulator_and_no_compiler() -> None:
@@ -65,7 +87,7 @@ def test_import_of_the_package_loads_no_emulator_and_no_compiler() -> None:
     assert not {m for m in imported if m.startswith(("lightning_anyaccel.emulat", "torch.utils.cpp_extension"))}
 
 
-def test_the_scan_finds_each_cuda_only_construct_once_and_changes_nothing(tmp_path: Path) -> None:
+def test_the_scan_finds_each_cuda_only_construct_once_and_changes_nothing(tmp_path: Path, capfd, monkeypatch) -> None:
     source = '''import os
 import torch as th
 from torch import cuda
@@ -90,7 +112,7 @@ def step(batch, device="cuda"):
     script = tmp_path / "train.py"
     script.write_text(source)
     before = script.stat().st_mtime_ns
-    code, out = _emulate(["--scan-only", str(tmp_path)], cwd=tmp_path, timeout=120)
+    code, out = _emulate_here(["--scan-only", str(tmp_path)], tmp_path, capfd, monkeypatch, timeout=120)
     assert code == 1, out
     in_use = 'th.accelerator.current_accelerator() or th.device("cpu")'
     expected = {6: "torch.cuda.synchronize -> th.get_device_module().synchronize()",
@@ -140,26 +162,28 @@ def test_every_replacement_the_scan_suggests_runs_on_the_cpu_and_on_the_emulated
     expected = len(calls) + len(others)
     for emulate, on in (("", "None"), ("xpu:1", "xpu")):
         proc = run_python(["run_replacements.py", "cuda_way.py"], cwd=tmp_path, timeout=300, env={
-            "LIGHTNING_ANYACCEL_EMULATE": emulate, "PYTHONPATH": os.pathsep.join([str(AUTOLOAD), str(SRC)])})
+            "LIGHTNING_ANYACCEL_EMULATE": emulate, "PYTHONPATH": os.pathsep.join([str(AUTOLOAD), str(SRC), str(LEAN_IMPORTS)])})
         assert proc.returncode == 0 and f"ON {on} RAN {expected}" in proc.stdout, proc.stdout[-3000:]
 
 
-def test_an_option_the_device_can_not_have_fails_before_the_program_runs(tmp_path: Path) -> None:
+def test_an_option_the_device_can_not_have_fails_before_the_program_runs(tmp_path: Path, capfd, monkeypatch) -> None:
     """Memory below the smallest device, a name torch keeps for itself, no devices: exit 2 naming the option, and the
     program never starts; a program in which no process had the device is no green run."""
     (tmp_path / "train.py").write_text("open('ran', 'w').write('ran')\n")
-    for option, says in ((["--memory", "4KiB"], "--memory 4KiB: a device of 4096 bytes"),
+    for option, says in ((["--memory", "4KiB"], "--memory 4KiB: a device of 4096 bytes ('npu:1:memory=4KiB') is below"
+                                                " the smallest the emulator makes, 2 MiB"),
                          (["--as", "cuda"], "--as cuda: 'cuda' is a device type torch builds in"),
                          (["--devices", "0"], "--devices 0: the device count '0'")):
-        code, out = _emulate([*option, "--no-scan", "--", sys.executable, "train.py"], cwd=tmp_path, timeout=120)
+        code, out = _emulate_here([*option, "--no-scan", "--", sys.executable, "train.py"], tmp_path, capfd, monkeypatch,
+                                  timeout=120)
         assert code == 2 and says in out and not (tmp_path / "ran").exists(), out
-    code, out = _emulate(["--no-scan", "--", sys.executable, "-I", "train.py"], cwd=tmp_path, timeout=300)
+    code, out = _emulate_here(["--no-scan", "--", sys.executable, "-I", "train.py"], tmp_path, capfd, monkeypatch)
     assert (tmp_path / "ran").exists() and code == 1, out  # -I: an interpreter that ignores PYTHONPATH
     assert "problems: not known: no process of the program had the emulated device" in out and "problems: none" not in out
 
 
 @pytest.mark.slow
-def test_a_run_reports_each_problem_with_the_users_line_in_every_ddp_rank(tmp_path: Path) -> None:
+def test_a_run_reports_each_problem_with_the_users_line_in_every_ddp_rank(tmp_path: Path, capfd, monkeypatch) -> None:
     """The CUDA-way program on two emulated xpu devices (DDP, two processes Lightning starts): the scan lists the
     torch.cuda seed, both ranks report the CPU mask at the user's line; fixed, the program is green."""
     (tmp_path / "train.py").write_text(CUDA_WAY)
@@ -176,7 +200,8 @@ def test_a_run_reports_each_problem_with_the_users_line_in_every_ddp_rank(tmp_pa
 
     # fixed, it is green (on one device: the DDP start above is what two processes add)
     (tmp_path / "train.py").write_text(FIXED)
-    code, out = _emulate(["--as", "xpu", "--devices", "1", "--", sys.executable, "train.py", "1"], cwd=tmp_path)
+    code, out = _emulate_here(["--as", "xpu", "--devices", "1", "--", sys.executable, "train.py", "1"], tmp_path, capfd,
+                              monkeypatch)
     assert code == 0, out
     assert "processes: 1" in out and "optimizer steps: 3 " in out and "problems: none" in out, out
 
@@ -239,11 +264,12 @@ big = torch.empty(96 << 20, dtype=torch.uint8, device=device)
 
 
 @pytest.mark.slow
-def test_torchrun_ranks_have_the_device_and_report_cuda_calls_unwaited_collectives_and_out_of_memory(tmp_path):
+def test_torchrun_ranks_have_the_device_and_report_cuda_calls_unwaited_collectives_and_out_of_memory(tmp_path, capfd,
+                                                                                                      monkeypatch):
     (tmp_path / "ranks.py").write_text(TORCHRUN_PROGRAM)
-    code, out = _emulate(["--as", "npu", "--devices", "2", "--memory", "64MiB", "--no-scan", "--",
-                          sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                          "--standalone", "ranks.py"], cwd=tmp_path)
+    code, out = _emulate_here(["--as", "npu", "--devices", "2", "--memory", "64MiB", "--no-scan", "--",
+                               sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                               "--standalone", "ranks.py"], tmp_path, capfd, monkeypatch)
     assert code != 0, out
     assert "RANK 0 ON npu:0" in out and "RANK 1 ON npu:1" in out, out
     report = out.split("== emulated device report ==", 1)[1]
@@ -266,11 +292,11 @@ torch.cuda.is_available()
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (CI installs it: see .ci/run)")
-def test_mpirun_ranks_have_the_device_and_report_their_cuda_calls(tmp_path):
+def test_mpirun_ranks_have_the_device_and_report_their_cuda_calls(tmp_path, capfd, monkeypatch):
     """Ranks an MPI launcher starts (Open MPI's mpirun) inherit the device like Lightning's own ranks."""
     (tmp_path / "mpi_ranks.py").write_text(MPI_PROGRAM)
-    code, out = _emulate(["--as", "npu", "--devices", "2", "--no-scan", "--", "mpirun", "--allow-run-as-root",
-                          "--oversubscribe", "-n", "2", sys.executable, "mpi_ranks.py"], cwd=tmp_path)
+    code, out = _emulate_here(["--as", "npu", "--devices", "2", "--no-scan", "--", "mpirun", "--allow-run-as-root",
+                               "--oversubscribe", "-n", "2", sys.executable, "mpi_ranks.py"], tmp_path, capfd, monkeypatch)
     assert "MPI RANK 0 ON npu:0" in out and "MPI RANK 1 ON npu:1" in out, out
     report = out.split("== emulated device report ==", 1)[1]
     assert "processes: 2" in report, report
@@ -399,10 +425,11 @@ def test_the_pytest_plugin_refuses_a_device_it_can_not_give(tmp_path: Path) -> N
     project = tmp_path / "project"
     project.mkdir()
     (project / "test_model.py").write_text("def test_on_the_device(emulated_device):\n    raise AssertionError('ran')\n")
-    for spec, says in (("cuda", "'cuda' is a device type torch builds in"),
-                       ("npu:2:memory=4KiB", "below the smallest the emulator makes, 2 MiB")):
-        proc = _user_pytest(project, ["--emulate", spec, "test_model.py"], timeout=300)
-        assert proc.returncode == 4 and f"--emulate {spec}: " in proc.stdout and says in proc.stdout, proc.stdout[-3000:]
+    # one bad spec: every one takes the same path (the emulator's check_spec, whose messages
+    # test_an_option_the_device_can_not_have_fails_before_the_program_runs checks, then pytest's usage error)
+    proc = _user_pytest(project, ["--emulate", "cuda", "test_model.py"], timeout=300)
+    assert proc.returncode == 4 and "--emulate cuda: 'cuda' is a device type torch builds in" in proc.stdout, \
+        proc.stdout[-3000:]
     proc = _user_pytest(project, ["--emulate", "npu", "test_model.py"], timeout=300, CXX="no-such-compiler-here",
                         LIGHTNING_ANYACCEL_EMULATOR_CACHE=str(tmp_path / "empty-cache"))
     assert proc.returncode == 1 and "1 error" in proc.stdout and "'ran'" not in proc.stdout, proc.stdout[-3000:]
