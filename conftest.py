@@ -193,6 +193,12 @@ GROUPS = {
     "tests/test_parity.py::test_negative_controls_are_rejected": "parity",
     # DDP's spawn and fork parity job (one parent process) beside it, on a worker of its own
     "tests/test_parity.py::test_ddp_start_methods_reproduce_one_device": "parity-start-methods",
+    # each front end's popen DDP job (tests/test_trainer_cpu.py's module fixture): its test, and the checkpoint test
+    # that resumes the job's checkpoint
+    "tests/test_trainer_cpu.py::test_ddp_two_processes[trainer-any_ddp": "popen-ddp-trainer",
+    "tests/test_trainer_cpu.py::test_checkpoint_from_two_processes_resumes_on_one[trainer": "popen-ddp-trainer",
+    "tests/test_trainer_cpu.py::test_ddp_two_processes[fabric-any_ddp": "popen-ddp-fabric",
+    "tests/test_trainer_cpu.py::test_checkpoint_from_two_processes_resumes_on_one[fabric": "popen-ddp-fabric",
     "tests/test_release.py": "release",
     "tests/test_journeys.py::test_fsdp_by_name_under_slurm": "slurm",
     "tests/test_scaleout_launch.py::test_slurm_sbatch_and_srun": "slurm",

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -235,6 +236,14 @@ def run_python(args: list[str], *, timeout: float = 180, cwd: Path | None = None
         return run_bounded([str(python), *args], timeout=timeout, cwd=cwd or ROOT, env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired as late:
         raise AssertionError(f"python {' '.join(args)} did not finish in {timeout}s:\n{(late.output or '')[-4000:]}") from None
+
+
+def selected_params(request: pytest.FixtureRequest, test: str) -> list[dict[str, Any]]:
+    """The parameters of each case of ``test`` (a test function of the requesting module) this run selected
+    (``-k``, ``-m``, ``--deselect``, a device pass's rules): what a module's shared job has to train."""
+    return [item.callspec.params for item in request.session.items
+            if getattr(item, "module", None) is request.module and getattr(item, "originalname", None) == test
+            and hasattr(item, "callspec")]
 
 
 @pytest.fixture

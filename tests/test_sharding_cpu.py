@@ -6,7 +6,9 @@ part of the parameters (FSDP, FSDP2, ZeRO-3) or of the optimizer state (ZeRO-1/2
 live memory than a DDP rank, and a checkpoint written after the first epoch must resume exactly like
 DDP resumes (weights *and* optimizer state restored). Per front end, every strategy trains and
 resumes in one 2-process job (a comma-separated ``--strategy``: a new model, Trainer or Fabric for
-each, in the same processes), so the front end costs one launch of two interpreters. What both front
+each, in the same processes), so the front end costs one launch of two interpreters; the job trains the
+strategies whose cases the run selected (``make test`` leaves out the repeats of rule
+``sharding-options-once`` in tests/device_passes.toml). What both front
 ends decide without starting processes (names, precision, refusals) is tested in
 ``test_sharding_errors.py``.
 
@@ -27,7 +29,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, device_under_test, rank_device, run_python
+from conftest import ROOT, device_under_test, rank_device, run_python, selected_params
 from front_ends import FABRIC, FRONT_ENDS, TRAINER
 
 RUN = str(Path(__file__).parent / "scripts" / "shard_run.py")
@@ -95,23 +97,29 @@ CASES = [pytest.param(front_end, *format_.values[:4], id=f"{front_end.name}-{for
          for front_end in (TRAINER, FABRIC) for format_ in FORMATS if front_end.name in format_.values[4]]
 
 
-def job_strategies(front_end: str) -> str:
-    """``--strategy`` of a front end's job: DDP first, the reference every other strategy is compared with."""
-    return ",".join(["ddp", *(p.values[0] for p in FORMATS
-                              if front_end in p.values[4] and (HAS_DEEPSPEED or not p.marks))])
+def job_strategies(front_end: str, selected: set[str]) -> str:
+    """``--strategy`` of a front end's job: DDP first, the reference every other strategy is compared with, then
+    the strategies of :data:`FORMATS` among ``selected`` (those this run tests), in their order."""
+    return ",".join(["ddp", *(p.values[0] for p in FORMATS if front_end in p.values[4] and p.values[0] in selected
+                              and (HAS_DEEPSPEED or not p.marks))])
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory) -> Callable[[str], Path]:
-    """``job(front_end)``: the folder of that front end's one 2-process job (every strategy, 3 steps and a
-    checkpoint, then resumed to 6 steps), run on first use; a job that failed fails its other tests at once."""
+def job(request, tmp_path_factory) -> Callable[[str], Path]:
+    """``job(front_end)``: the folder of that front end's one 2-process job (every strategy this run tests with
+    that front end, 3 steps and a checkpoint, then resumed to 6 steps), run on first use; a job that failed fails
+    its other tests at once."""
     done: dict[str, Path | None] = {}
 
     def run(front_end: str) -> Path:
         if front_end not in done:
             done[front_end] = None
             root = tmp_path_factory.mktemp(front_end)
-            _launch(root / "out", job_strategies(front_end), "--front-end", front_end, "--max-steps", "3",
+            wanted = {case["strategy"] for case in selected_params(request, "test_sharded_training_matches_ddp_and_resumes")
+                      if case["front_end"].name == front_end}
+            wanted |= {"fsdp2" for case in selected_params(request, "test_fsdp2_builds_its_mesh_on_the_device")
+                       if case["front_end"].name == front_end}
+            _launch(root / "out", job_strategies(front_end, wanted), "--front-end", front_end, "--max-steps", "3",
                     "--ckpt-dir", str(root / "ckpt"), "--resume-steps", "6")
             done[front_end] = root
         if (root := done[front_end]) is None:

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from lightning.pytorch.callbacks import Callback, DeviceStatsMonitor
 from lightning.pytorch.loggers import CSVLogger
 
 import lightning_anyaccel  # noqa: F401  (registers names)
-from conftest import DDP_TIMEOUT, SRC, rank_device
+from conftest import DDP_TIMEOUT, SRC, rank_device, run_python
 from front_ends import EVERY_FRONT_END, FRONT_ENDS, FrontEndCase
 from lightning_anyaccel import AnyAccelerator, AnySingleDeviceStrategy
 from lightning_anyaccel.device import runtime
@@ -191,20 +192,43 @@ def _run_script(python_runner, front_end: FrontEndCase, out: Path, *args: str) -
     return _ranks(out)
 
 
+@pytest.fixture(scope="module")
+def popen_ddp_job(tmp_path_factory, device) -> Callable[[FrontEndCase], tuple[list[dict], Path]]:
+    """``popen_ddp_job(front_end)``: each rank's record and the checkpoint of that front end's one 2-process
+    ``any_ddp`` job on the device under test (4 steps in bf16-mixed, saved at the end), run on first use:
+    test_ddp_two_processes checks its ranks, test_checkpoint_from_two_processes_resumes_on_one resumes its
+    checkpoint, from one start of the two processes."""
+    done: dict[str, tuple[list[dict], Path]] = {}
+
+    def run(front_end: FrontEndCase) -> tuple[list[dict], Path]:
+        if front_end.side not in done:
+            root = tmp_path_factory.mktemp(f"popen-ddp-{front_end.side}")
+            ckpt = root / "last.ckpt"
+            ranks = _run_script(run_python, front_end, root, "--strategy", "any_ddp", "--devices", "2", "--steps",
+                                "4", "--precision", "bf16-mixed", "--device-type", device.type, "--save", str(ckpt))
+            done[front_end.side] = ranks, ckpt
+        return done[front_end.side]
+
+    return run
+
+
 @pytest.mark.slow
 @pytest.mark.device_generic
 @pytest.mark.needs_devices(2)
 @pytest.mark.feature("ddp", processes=2)
 @pytest.mark.parametrize("strategy", ["any_ddp", "any_ddp_spawn", "any_ddp_fork"])
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
-def test_ddp_two_processes(python_runner, tmp_path, front_end: FrontEndCase, strategy, device):
+def test_ddp_two_processes(python_runner, popen_ddp_job, tmp_path, front_end: FrontEndCase, strategy, device):
     """Two real processes per start method: our strategy and launcher, the device's backend, the precision
     on the device (bf16-mixed; 32-true with fork: no autocast at all), collectives right, ranks in sync."""
     # spawn on a device: lightning-habana's form, AnyDDPStrategy(parallel_devices=[torch.device(TYPE)] * 2)
     unnumbered = ["--unnumbered"] if strategy == "any_ddp_spawn" and front_end.side == "trainer" else []
     precision = "32-true" if strategy == "any_ddp_fork" else "bf16-mixed"
-    ranks = _run_script(python_runner, front_end, tmp_path, "--strategy", strategy, "--devices", "2", "--steps", "4",
-                        "--precision", precision, "--device-type", device.type, *unnumbered)
+    if strategy == "any_ddp":  # popen: the job whose checkpoint the next test resumes
+        ranks = popen_ddp_job(front_end)[0]
+    else:
+        ranks = _run_script(python_runner, front_end, tmp_path, "--strategy", strategy, "--devices", "2", "--steps",
+                            "4", "--precision", precision, "--device-type", device.type, *unnumbered)
     assert [r["rank"] for r in ranks] == [0, 1]
     for record in ranks:
         assert record["world_size"] == 2
@@ -256,13 +280,13 @@ def test_lightnings_ddp_spawn_with_any_accelerator_keeps_ranks_in_sync(python_ru
 @pytest.mark.needs_devices(2)
 @pytest.mark.feature("checkpoint", processes=2)
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
-def test_checkpoint_from_two_processes_resumes_on_one(python_runner, tmp_path, monkeypatch, front_end: FrontEndCase,
-                                                      device):
-    """Saved by 2 processes, loaded by 1 (in this process): the weights restored, the step count continued."""
-    ckpt, out1, out2 = tmp_path / "last.ckpt", tmp_path / "run1", tmp_path / "run2"
-    out1.mkdir(), out2.mkdir()
-    saved = _run_script(python_runner, front_end, out1, "--strategy", "any_ddp", "--devices", "2", "--steps", "4",
-                        "--device-type", device.type, "--save", str(ckpt))
+def test_checkpoint_from_two_processes_resumes_on_one(python_runner, popen_ddp_job, tmp_path, monkeypatch,
+                                                      front_end: FrontEndCase, device):
+    """Saved by 2 processes (the ``any_ddp`` job of test_ddp_two_processes), loaded by 1 (in this process, in
+    32-true): the weights restored, the step count continued."""
+    out2 = tmp_path / "run2"
+    out2.mkdir()
+    saved, ckpt = popen_ddp_job(front_end)
     assert ckpt.exists() and [r["step"] for r in saved] == [4, 4]
     if not device.is_cpu:
         check_loads_without_the_device(python_runner, ckpt, device.type)
