@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import AUTOLOAD, ROOT, SRC, run_python
+from conftest import AUTOLOAD, LEAN_IMPORTS, ROOT, SRC, run_python
 from fakes import install_fake_device
 
 PAGE = ROOT / "docs" / "migration.md"
@@ -261,7 +261,7 @@ def test_teco_spellings_deepspeed_kept_and_one_strategy_on_every_device_refused(
     one device in lightning-teco, is refused here, naming ``devices=1`` (docs/migration.md)."""
     if importlib.util.find_spec("deepspeed") is None:
         pytest.skip("deepspeed is not installed (pip install lightning-anyaccel[deepspeed])")
-    env = {"LIGHTNING_ANYACCEL_EMULATE": "sdaa:2", "PYTHONPATH": os.pathsep.join([str(AUTOLOAD), str(SRC)])}
+    env = {"LIGHTNING_ANYACCEL_EMULATE": "sdaa:2", "PYTHONPATH": os.pathsep.join([str(AUTOLOAD), str(SRC), str(LEAN_IMPORTS)])}
     proc = run_python(["-c", TECO_SPELLINGS], timeout=240, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "DEEPSPEED AnyDeepSpeedStrategy 2" in proc.stdout, proc.stdout[-3000:]

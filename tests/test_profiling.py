@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import AUTOLOAD, ROOT, SRC, TESTS, run_python
+from conftest import AUTOLOAD, LEAN_IMPORTS, ROOT, SRC, TESTS, run_python
 
 #: The line the package logs where torch records no activity of the device (device/profiling.py).
 HOST_ONLY = "records no {device} activity"
@@ -115,7 +115,7 @@ def test_emulated_npu_reports_its_time_or_says_it_can_not(tmp_path, spec):
     "Self NPU"/"NPU total" filled, and a Fabric loop under torch.profiler with ``profiler_activities`` records the
     device's time. Without it, one line says the profiler records the host only."""
     env = {**{k: v for k, v in os.environ.items() if k != "LIGHTNING_ANYACCEL_EMULATE"},
-           "LIGHTNING_ANYACCEL_EMULATE": spec, "PYTHONPATH": os.pathsep.join([str(AUTOLOAD), str(TESTS), str(SRC)])}
+           "LIGHTNING_ANYACCEL_EMULATE": spec, "PYTHONPATH": os.pathsep.join([str(AUTOLOAD), str(TESTS), str(SRC), str(LEAN_IMPORTS)])}
     proc = run_python(["-c", SCRIPT, str(tmp_path)], env=env, cwd=tmp_path, timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:]
     result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
