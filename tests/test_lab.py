@@ -4,8 +4,8 @@ Starts JupyterLab like ``make lab`` (default kernel ``lightning-anyaccel``, a ke
 interpreter registered under that name), on a fresh directory outside the repository that holds
 only copies of the notebooks, so that each notebook shows it runs wherever it is saved (it installs
 what is missing and writes the files it imports itself); plus what a test needs: ``--no-browser``, a token, a free port on 127.0.0.1, no update check and the app
-object exposed to the page. Chromium (``/usr/bin/chromium``, driven by Playwright) opens every
-notebook, switches it to the ``lightning-anyaccel`` kernel, runs all cells, and the test checks
+object exposed to the page. Chromium (``/usr/bin/chromium``, driven by Playwright) loads JupyterLab
+once and opens every notebook in it with the ``lightning-anyaccel`` kernel, runs all cells, and the test checks
 that every code cell ran without an error output and that every number its text names is one its
 code sets or its outputs show (``tests/_notebook_checks.py``). The executed notebook is then stored for the documentation build
 (``docs/_ext/notebook_cache.py``), which so does not execute the notebooks a second time.
@@ -134,10 +134,32 @@ def lab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
+def lab_page(lab):
+    """One Chromium page with JupyterLab loaded, shared by the notebooks (a user opens each from the
+    file browser of one JupyterLab tab: the app loads once); yields (page, the addresses outside the
+    server that the page asked for, which the route refuses)."""
     pytest.importorskip("playwright.sync_api")
+    base, token, _, _ = lab
+    outside: list[str] = []
+
+    def route(r):
+        if r.request.url.startswith(("data:", "blob:")) or r.request.url.startswith(base):
+            return r.continue_()
+        outside.append(r.request.url)
+        return r.abort()
+
     with launched_chromium() as chromium:
-        yield chromium
+        context = chromium.new_context(viewport={"width": 1400, "height": 900})
+        try:
+            page = context.new_page()
+            page.set_default_timeout(60_000)
+            page.route("**/*", route)
+            page.goto(f"{base}/lab?token={token}", wait_until="load", timeout=120_000)
+            page.wait_for_function("() => window.jupyterapp", timeout=120_000, polling=250)
+            page.evaluate("async () => { await window.jupyterapp.restored; }")
+            yield page, outside
+        finally:
+            context.close()
 
 
 #: the notebook panel JupyterLab shows for `name` (the app is exposed as window.jupyterapp)
@@ -156,31 +178,28 @@ PANEL_JS = """name => {
 @browser_test
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.timeout(RUN_TIMEOUT_S + 180)
-def test_notebook_runs_in_jupyterlab(lab, browser, name):
+def test_notebook_runs_in_jupyterlab(lab, lab_page, name):
     base, token, log_path, fresh = lab
+    page, outside = lab_page
+    outside.clear()
     on_disk = (fresh / name).read_bytes()
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    outside: list[str] = []
-
-    def route(r):
-        if r.request.url.startswith(("data:", "blob:")) or r.request.url.startswith(base):
-            return r.continue_()
-        outside.append(r.request.url)
-        return r.abort()
-
-    page.route("**/*", route)
+    panel = f"({PANEL_JS})({json.dumps(name)})"
     try:
-        page.goto(f"{base}/lab/tree/{name}?token={token}", wait_until="load", timeout=120_000)
-        panel = f"({PANEL_JS})({json.dumps(name)})"
+        # a session with the kernel `make lab` registers, as a user starts one by picking that kernel
+        # (the notebooks' metadata names the generic python3, which would start first); JupyterLab
+        # opens the notebook in the session its path already has, as File > Open does
+        page.evaluate(f"""async () => {{
+            const app = window.jupyterapp;
+            await app.serviceManager.sessions.startNew({{path: {json.dumps(name)}, name: {json.dumps(name)},
+                                                         type: 'notebook', kernel: {{name: {json.dumps(KERNEL)}}}}});
+            await app.commands.execute('docmanager:open', {{path: {json.dumps(name)}, factory: 'Notebook'}});
+        }}""")
         page.wait_for_function(f"() => {{ const p = {panel}; return p && p.context.isReady && "
-                               "p.sessionContext.isReady && p.sessionContext.session; }", timeout=120_000)
-        # the kernel `make lab` registers (the notebooks' metadata names the generic python3)
-        page.evaluate(f"async () => {{ await {panel}.sessionContext.changeKernel({{name: {json.dumps(KERNEL)}}}); }}")
+                               "p.sessionContext.isReady && p.sessionContext.session; }",
+                               timeout=120_000, polling=250)
         page.wait_for_function(f"() => {{ const k = {panel}.sessionContext.session.kernel; "
                                f"return k && k.name === {json.dumps(KERNEL)} && k.status === 'idle'; }}",
-                               timeout=120_000)
+                               timeout=120_000, polling=250)
         start = time.monotonic()
         page.evaluate(f"""() => {{
             window.__anyaccelRun = undefined;
@@ -199,9 +218,9 @@ def test_notebook_runs_in_jupyterlab(lab, browser, name):
         seconds = time.monotonic() - start
         executed = page.evaluate(f"() => {panel}.context.model.toJSON()")
         kernel_name = page.evaluate(f"() => {panel}.sessionContext.session.kernel.name")
-        page.evaluate(f"async () => {{ await {panel}.sessionContext.shutdown(); }}")  # free the memory now
-    finally:
-        context.close()
+    finally:  # free the memory now, and close the tab without saving (the next notebook opens alone)
+        page.evaluate(f"""async () => {{ const p = {panel}; if (p) {{
+            await p.sessionContext.shutdown(); p.dispose(); }} }}""")
     print(f"{name}: Run All took {seconds:.0f} s with kernel {kernel_name}")
     assert (fresh / name).read_bytes() == on_disk, f"{name} was saved over during the test"
     assert kernel_name == KERNEL

@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from lightning_anyaccel.kit import tutorial
 from lightning_anyaccel.kit.tutorial import digits
@@ -55,8 +56,23 @@ def test_run_together_kills_every_job_when_one_fails(tmp_path):
 def test_digits_splits_are_stratified_and_fixed():
     train, val, test = digits.digits_splits()
     assert [len(s) for s in (train, val, test)] == [1257, 270, 270]
+    labels = torch.cat([s.tensors[1] for s in (train, val, test)])
+    for split in (train, val, test):  # every class in proportion, within one sample of its share
+        share = torch.bincount(labels, minlength=10) * len(split) / len(labels)
+        assert (torch.bincount(split.tensors[1], minlength=10) - share).abs().max() < 1, split
     again = digits.digits_splits()[2]
-    assert (again.tensors[1] == test.tensors[1]).all()
+    assert (again.tensors[1] == test.tensors[1]).all() and torch.equal(again.tensors[0], test.tensors[0])
+    assert not torch.equal(digits.digits_splits(seed=1)[2].tensors[0], test.tensors[0])
+
+
+def test_the_digits_are_scikit_learns_read_without_importing_it():
+    code = ("import sys; from lightning_anyaccel.kit.tutorial.digits import digits_splits; "
+            "import torch; x = torch.cat([s.tensors[0] for s in digits_splits()]).reshape(-1, 64) * 16; "
+            "imported = 'sklearn' in sys.modules; from sklearn.datasets import load_digits; "
+            "ref = torch.tensor(load_digits().data, dtype=torch.float32); "
+            "print(imported, sorted(map(tuple, x.tolist())) == sorted(map(tuple, ref.tolist())))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False True", out.stderr[-2000:]
 
 
 def test_importing_the_package_does_not_import_the_tutorial():

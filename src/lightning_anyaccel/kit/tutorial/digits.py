@@ -1,8 +1,8 @@
 """The tutorial's data and model: scikit-learn's digits and a small CNN (notebook 2 teaches them).
 
-1,797 real 8x8 handwritten digits ship inside scikit-learn (no download), split once with a fixed
-seed into 70 % train, 15 % validation and 15 % held-out test. Nothing here knows about a device:
-Lightning moves the model and the batches.
+1,797 real 8x8 handwritten digits ship inside scikit-learn (no download; read from its data file),
+split once, stratified and with a fixed seed, into 70 % train, 15 % validation and 15 % held-out
+test. Nothing here knows about a device: Lightning moves the model and the batches.
 
 Example::
 
@@ -13,6 +13,9 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
+import math
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -25,17 +28,53 @@ from typing_extensions import override
 __all__ = ["DigitsCNN", "DigitsDataModule", "accuracy", "digits_splits"]
 
 
-def digits_splits(seed: int = 0) -> tuple[TensorDataset, TensorDataset, TensorDataset]:
-    """Train, validation and test sets: images (1, 8, 8) in [0, 1], stratified."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+def _digits_file() -> Path:
+    """scikit-learn's copy of the digits (``sklearn/datasets/data/digits.csv.gz``, what ``load_digits``
+    reads), found without importing scikit-learn: its import (SciPy with it) costs each training
+    process more CPU than the training itself."""
+    spec = importlib.util.find_spec("sklearn")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in folders:
+        path = Path(folder) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        "the tutorial's digits ship with scikit-learn, which has no digits.csv.gz here: "
+        'pip install "lightning-anyaccel[tutorial]" (or scikit-learn>=1.4)')
 
-    digits = load_digits()
-    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(digits.target, dtype=torch.long)
-    idx = list(range(len(y)))
-    train, rest = train_test_split(idx, test_size=0.3, random_state=seed, stratify=y.numpy())
-    val, test = train_test_split(rest, test_size=0.5, random_state=seed, stratify=y[rest].numpy())
+
+def _stratified_split(labels: torch.Tensor, fraction: float,
+                      generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions into ``labels``: (kept, held out), ``ceil(fraction x n)`` held out, each class in
+    proportion (the rounding shared out by the largest remainders), both shuffled."""
+    classes, counts = labels.unique(return_counts=True)
+    wanted = [fraction * int(c) for c in counts]
+    held = [math.floor(w) for w in wanted]
+    missing = math.ceil(fraction * len(labels)) - sum(held)
+    for i in sorted(range(len(classes)), key=lambda i: held[i] - wanted[i])[:missing]:
+        held[i] += 1
+    kept_parts, held_parts = [], []
+    for label, n_held in zip(classes, held):
+        positions = (labels == label).nonzero().flatten()
+        positions = positions[torch.randperm(len(positions), generator=generator)]
+        held_parts.append(positions[:n_held])
+        kept_parts.append(positions[n_held:])
+    kept, held_out = torch.cat(kept_parts), torch.cat(held_parts)
+    return (kept[torch.randperm(len(kept), generator=generator)],
+            held_out[torch.randperm(len(held_out), generator=generator)])
+
+
+def digits_splits(seed: int = 0) -> tuple[TensorDataset, TensorDataset, TensorDataset]:
+    """Train, validation and test sets: images (1, 8, 8) in [0, 1], stratified, fixed by ``seed``."""
+    import numpy as np
+
+    data = torch.from_numpy(np.loadtxt(_digits_file(), delimiter=","))  # 64 pixels, then the label
+    x = data[:, :64].to(torch.float32).reshape(-1, 1, 8, 8) / 16.0
+    y = data[:, 64].to(torch.long)
+    generator = torch.Generator().manual_seed(seed)
+    train, rest = _stratified_split(y, 0.3, generator)
+    val_in_rest, test_in_rest = _stratified_split(y[rest], 0.5, generator)
+    val, test = rest[val_in_rest], rest[test_in_rest]
     return TensorDataset(x[train], y[train]), TensorDataset(x[val], y[val]), TensorDataset(x[test], y[test])
 
 
