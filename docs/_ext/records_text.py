@@ -10,6 +10,7 @@ record's age is the number of commits to the code it covers since its commit (``
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,19 @@ def load_records(srcdir: Path) -> dict[str, dict[str, Any]]:
         if path.relative_to(srcdir) == vendor_suites.RECORD:  # not a device's record: its own directive shows it
             continue
         record = records.load(path)
-        record["_age"] = records.age(record, srcdir)
+        record["_age"] = _age(srcdir, str(record.get("commit", "")), tuple(map(str, record.get("covers", ()))))
         record["_path"] = path.relative_to(srcdir).as_posix()
         found[path.relative_to(root).with_suffix("").as_posix()] = record
     return found
+
+
+@functools.cache
+def _age(srcdir: Path, commit: str, covers: tuple[str, ...]) -> int | None:
+    """:func:`lightning_anyaccel.kit.tools.records.age`, asked of git once per record and build: the pages read
+    the records many times (every table, every device page) and the history does not change during a build."""
+    from lightning_anyaccel.kit.tools import records
+
+    return records.age({"commit": commit, "covers": list(covers)}, srcdir)
 
 
 def load_validation(srcdir: Path) -> dict[str, Any]:
