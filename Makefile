@@ -62,7 +62,7 @@ emulator: install
 # processes, so 3 keep 2 cores busy (conftest.py sends the tests that must share a worker to one
 # worker); the device-generic runs keep the cores busy with DEVICE_TEST_WORKERS, where a third
 # worker would only add its start-up. `make test TEST_WORKERS=0 DEVICE_TEST_WORKERS=0` runs
-# everything in one process.
+# everything in one process (an emulated xpu/hpu pass starts its pytest again once, the device loaded at start).
 TEST_WORKERS ?= 3
 DEVICE_TEST_WORKERS ?= 2
 # Which test runs on which device level, and why, is data: the passes of tests/device_passes.toml, each

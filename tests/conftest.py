@@ -143,6 +143,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
         device_passes.apply(config, config.getoption("--device-pass"))
     _DEVICE = _setup_device(config.getoption("--device"))
+    if _DEVICE.emulated and not _runs_in_xdist_workers(config):
+        _check_the_device_answers(config, _DEVICE)
     if config.getoption("--parity-record"):
         from validation_record import check_parity_record
 
@@ -156,6 +158,36 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.pluginmanager.register(SkipCheck(Path(config.getoption("--expected-skips")), _DEVICE.spec),
                                       "anyaccel-skip-check")
+
+
+def _runs_in_xdist_workers(config: pytest.Config) -> bool:
+    """Whether this process hands the tests to pytest-xdist workers (``-n 1`` or more) instead of running them."""
+    return bool(getattr(config.option, "numprocesses", None)) and "PYTEST_XDIST_WORKER" not in os.environ
+
+
+def _check_the_device_answers(config: pytest.Config, device: DeviceUnderTest) -> None:
+    """Run the tests in a process whose torch knows the emulated device as its accelerator. torch creates the
+    XPU/HPU hooks once per process (docs/emulator.md, "The user tool and its tests") and this file's imports ask
+    (``import lightning_anyaccel``), so ``emulated:xpu``/``emulated:hpu`` loaded here would fail in the first
+    backward: as the pytest plugin does, the same pytest command starts again once with the device loaded at
+    interpreter start (xdist workers always are); where torch still answers otherwise, a usage error says why."""
+    import torch
+
+    from lightning_anyaccel.kit import emulator
+    from lightning_anyaccel.kit.emulator import pytest_plugin
+
+    found = torch.accelerator.current_accelerator()
+    if found is not None and found.type == device.type:
+        return
+    emulate = device.spec.split(":", 1)[1]
+    if not os.environ.get(pytest_plugin._RESTARTED) and pytest_plugin._is_pytest_command():
+        reason = pytest_plugin._restart_with_the_device(config, emulate)  # returns only where it can not
+    else:
+        reason = "it answered before the device loaded"
+    raise pytest.UsageError(
+        f"--device {device.spec}: torch in this process reports the accelerator {found}, not the emulated"
+        f" {device.type!r} ({reason}). Run the tests in xdist workers (-n 1 or more), which load it at start, or"
+        f" start pytest with {emulator.ENV_VAR}={emulate} and {emulator.AUTOLOAD} on PYTHONPATH.")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -75,3 +75,22 @@ def test_the_repeats_run_with_anyaccel_run_repeats(monkeypatch: pytest.MonkeyPat
     assert device_passes.run_repeats()
     monkeypatch.setenv(device_passes.REPEATS, "0")
     assert not device_passes.run_repeats()
+
+
+ONE_TEST = "tests/test_workloads.py::test_compiled_causal_attention_matches_eager_on_the_device[eager]"
+
+
+@pytest.mark.slow
+def test_an_emulated_seed_device_runs_in_one_process(python_runner) -> None:
+    """``--device emulated:xpu`` without xdist workers (``-p no:xdist``, ``make test DEVICE_TEST_WORKERS=0``): the
+    pytest command starts again once with the device loaded at interpreter start, and a backward on it runs; where
+    it can not start again (``pytest.main()`` in a program), a usage error names the fix."""
+    env = {"ANYACCEL_EXPECTED_SKIPS": ""}
+    proc = python_runner(["-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", "--device",
+                          "emulated:xpu", ONE_TEST], cwd=ROOT, timeout=240, env=env)
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:]
+    code = ("import sys, pytest; sys.exit(pytest.main(['-p', 'no:xdist', '-p', 'no:cacheprovider', '-q',"
+            f" '--device', 'emulated:xpu', {ONE_TEST!r}]))")
+    proc = python_runner(["-c", code], cwd=ROOT, timeout=240, env=env)
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout[-3000:]
+    assert "not the emulated 'xpu'" in proc.stdout and "-n 1 or more" in proc.stdout, proc.stdout[-3000:]
