@@ -36,13 +36,6 @@ full = pytest.mark.skipif(not FULL_MATRIX,
                           reason="repeats a covered code path; ANYACCEL_FAULT_MATRIX_FULL=1 runs it (docs/faults.md)")
 
 
-def skip_repeat(runs_it: str) -> None:
-    """Skip a test whose code path ``runs_it`` (other tests of ``make test``) runs, unless ``ANYACCEL_RUN_REPEATS=1``
-    (docs/contributing.md, "Repeats"; its entry in tests/expected_skips.toml has ``opt_in``)."""
-    if os.environ.get("ANYACCEL_RUN_REPEATS") != "1":
-        pytest.skip(f"a repeat: its code path is run by {runs_it}; ANYACCEL_RUN_REPEATS=1 runs it")
-
-
 def missing(*tools: str) -> str | None:
     """A skip reason naming the first tool not on PATH (``.ci/run`` installs them)."""
     for tool in tools:

@@ -205,9 +205,11 @@ def pytest_report_header(config: pytest.Config) -> str:
     kind = "emulated accelerator" if _DEVICE.emulated else "real device"
     header = f"device under test: {_DEVICE.type} ({kind}, collective backend {_DEVICE.backend})"
     if config.getoption("--device-pass"):
+        import device_passes
+
         header += (f"\ndevice pass: {config.getoption('--device-pass')} (tests/device_passes.toml),"
                    f" WORKLOAD_CONFIGS={os.environ.get('WORKLOAD_CONFIGS')}")
-        if os.environ.get("ANYACCEL_RUN_REPEATS") == "1":
+        if device_passes.run_repeats():
             header += ", with the repeats make test leaves out (ANYACCEL_RUN_REPEATS=1)"
     return header
 

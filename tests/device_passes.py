@@ -35,6 +35,13 @@ def run_repeats() -> bool:
     return os.environ.get(REPEATS) == "1"
 
 
+def skip_repeat(runs_it: str) -> None:
+    """Skip a test whose code path ``runs_it`` (other tests of ``make test``) runs, unless this run runs the repeats
+    (docs/contributing.md, "Repeats"; its entry in tests/expected_skips.toml has ``opt_in``)."""
+    if not run_repeats():
+        pytest.skip(f"a repeat: its code path is run by {runs_it}; {REPEATS}=1 runs it")
+
+
 @dataclass(frozen=True)
 class LeaveOut:
     """A rule a pass leaves tests out by: a ``-k`` expression or node ids, and why."""

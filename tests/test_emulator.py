@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import AUTOLOAD, LEAN_IMPORTS, SRC, TESTS, run_python
+from device_passes import skip_repeat
 
 NAMES = ["npu", "sdaa", "mlu", "musa", "emu", "xpu", "hpu"]
 #: PrivateUse1 names whose self-check repeats npu's (the same emulator code: PrivateUse1 renamed, the vendor's
@@ -52,9 +53,8 @@ def test_emulated_device_and_lightning_fit(name):
     statistics, optimizer state) equal to CPU's; then (npu, xpu, hpu, and a name the package does not know,
     with no code: the spec is derived from torch) a bf16-mixed Lightning fit on it. The device-generic suite
     (``pytest -m device_generic --device emulated:npu``) trains on it in depth."""
-    if name in REPEATED_NAMES and os.environ.get("ANYACCEL_RUN_REPEATS") != "1":
-        pytest.skip(f"repeats npu's self-check (PrivateUse1 renamed); {REPEATED_NAMES[name]};"
-                    " ANYACCEL_RUN_REPEATS=1 runs it")
+    if name in REPEATED_NAMES:
+        skip_repeat(f"npu's self-check (PrivateUse1 renamed); {REPEATED_NAMES[name]}")
     fit = name in ("npu", "emu", "xpu", "hpu")
     proc = run_python(["-m", "lightning_anyaccel.kit.emulator.selfcheck", name, *(["--fit"] if fit else [])],
                       env=_loaded_first(name), cwd=TESTS,

@@ -39,10 +39,10 @@ from _cluster import (
     missing,
     not_root,
     reports,
-    skip_repeat,
     slurm_cluster,
     veth_hosts,
 )
+from device_passes import skip_repeat
 from lightning_anyaccel.kit.tools.local_runs import free_port
 
 pytestmark = pytest.mark.slow

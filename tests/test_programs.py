@@ -142,7 +142,8 @@ def test_the_variable_reaches_every_rank_a_launcher_starts(launcher, tmp_path):
     """``mpiexec -n 2 python cli_app.py fit ...`` (MPICH, Open MPI), ``torchrun --nproc-per-node=2 cli_app.py fit
     ...``: the launcher, not Lightning, starts both ranks, and each is put to work by the variable it inherits."""
     pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (the programs extra)")
-    from _cluster import Job, skip_repeat
+    from _cluster import Job
+    from device_passes import skip_repeat
     from lightning_anyaccel.kit.tools.local_runs import free_port
 
     if launcher in REPEATED_LAUNCHERS:

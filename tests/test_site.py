@@ -45,6 +45,7 @@ import notebook_cache  # noqa: E402
 
 HTML = ROOT / "_build" / "html"
 from _browser import CHROMIUM, launched_chromium  # noqa: E402
+from device_passes import skip_repeat  # noqa: E402
 
 BUILD_TIMEOUT_S = 540
 SOURCES = ["conf.py", "docs", "notebooks", "src", "CHANGELOG.md", "benchmarks/results", "scripts/launch", "pyproject.toml"]
@@ -1001,9 +1002,7 @@ def test_a_downloaded_notebook_runs_in_a_fresh_directory(site, reader, tmp_path)
     folder in tests/test_notebook_on_device.py; ``ANYACCEL_RUN_REPEATS=1`` runs it."""
     import signal
 
-    if os.environ.get("ANYACCEL_RUN_REPEATS") != "1":
-        pytest.skip("repeats tests/test_lab.py's run of the same cells and tests/test_notebook_on_device.py's nbmake"
-                    " run; ANYACCEL_RUN_REPEATS=1 runs it")
+    skip_repeat("tests/test_lab.py's run of the same cells and tests/test_notebook_on_device.py's nbmake run")
     fresh = tmp_path / "downloads"
     fresh.mkdir()
     (fresh / f"{NBMAKE_NOTEBOOK}.ipynb").write_bytes(_download(site, reader, NBMAKE_NOTEBOOK)[0])
