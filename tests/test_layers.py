@@ -28,12 +28,18 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(path): path for path in [*PACKAGE.rglob("*.py"), *SRC.glob("*.py")]}
 
 
+@functools.cache
+def _tree(module: str) -> ast.Module:
+    """The syntax tree of ``module``, parsed once for all the checks of this file."""
+    return ast.parse(MODULES[module].read_text(), filename=str(MODULES[module]))
+
+
 def import_graph() -> dict[str, set[str]]:
     """Module -> the package's modules it imports (``from pkg import module`` counts as that module)."""
     graph: dict[str, set[str]] = {}
-    for name, path in MODULES.items():
+    for name in MODULES:
         imported: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(_tree(name)):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 for alias in node.names:
                     submodule = f"{node.module}.{alias.name}"
@@ -217,7 +223,7 @@ def _own_nodes(function: ast.AST) -> list[ast.AST]:
 def resolutions(module: str) -> dict[str, int]:
     """Function -> how many places in it turn a device type into its spec (a resolver's call, a look-up in
     ``DEVICE_TABLE`` by a type), for the functions of ``module`` that have any."""
-    tree = ast.parse(MODULES[module].read_text())
+    tree = _tree(module)
     counts: dict[str, int] = {}
     for name, function in _functions(tree).items():
         n = 0
@@ -239,7 +245,7 @@ def resolutions(module: str) -> dict[str, int]:
 def device_type_parameters(module: str) -> list[str]:
     """``function(parameter)`` for each parameter of ``module``'s functions that takes a device type as a string."""
     found = []
-    for name, function in _functions(ast.parse(MODULES[module].read_text())).items():
+    for name, function in _functions(_tree(module)).items():
         arguments = function.args
         for parameter in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]:
             annotation = ast.unparse(parameter.annotation) if parameter.annotation else ""
@@ -284,11 +290,6 @@ ACCELERATOR = "lightning_anyaccel.accelerator"
 def _on_kit_path(module: str) -> bool:
     """The modules the walk follows: the kit's and the accelerator's (the layers below serve the spec: not followed)."""
     return module.startswith("lightning_anyaccel.kit.") or module == ACCELERATOR
-
-
-@functools.cache
-def _tree(module: str) -> ast.Module:
-    return ast.parse(MODULES[module].read_text())
 
 
 @functools.cache
